@@ -1,0 +1,37 @@
+"""Call Futhark programs from Python: manifest -> types -> library and context -> entry points and
+values. Start with ``load``::
+
+    import pybridge.futhark as pf
+    with pf.load("saxpy") as lib:
+        out = lib.saxpy(2.0, xs, ys)   # a handle; data stays in Futhark
+        print(out.numpy())
+"""
+
+from .context import Config, Context
+from .entry import EntryPoint
+from .errors import FutharkError, InvalidHandleError, OutOfMemoryError, ProgramError
+from .library import Library, check_in_subprocess, load
+from .manifest import Manifest, ManifestError, load_manifest, parse_manifest
+from .values import ArrayHandle, ArrayKind, OpaqueHandle, OpaqueKind, to_numpy
+
+__all__ = [
+    "ArrayHandle",
+    "ArrayKind",
+    "Config",
+    "Context",
+    "EntryPoint",
+    "FutharkError",
+    "InvalidHandleError",
+    "Library",
+    "Manifest",
+    "ManifestError",
+    "OpaqueHandle",
+    "OpaqueKind",
+    "OutOfMemoryError",
+    "ProgramError",
+    "check_in_subprocess",
+    "load",
+    "load_manifest",
+    "parse_manifest",
+    "to_numpy",
+]

@@ -1,0 +1,226 @@
+"""Futhark configuration and context: creation, sync, errors, report, deterministic close.
+
+Lifetime rules from docs/c-api.rst that this layer enforces:
+- a configuration outlives its context and is used for one context only;
+- ``futhark_context_get_error`` right after ``futhark_context_new`` says whether creation failed;
+- ``futhark_context_sync`` before ``futhark_context_free`` (futhark-ffi skipped this);
+- every value is freed before its context; host buffers given to the asynchronous ``new``/``values``
+  functions stay alive until the next sync.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from .errors import FutharkError, InvalidHandleError, error_for
+
+
+@dataclass
+class Config:
+    """Context configuration; every field maps to one ``futhark_context_config_*`` call."""
+
+    debugging: bool = False
+    logging: bool = False
+    profiling: bool = False
+    tuning: Mapping[str, int] = field(default_factory=dict)
+    cache_file: str | None = None
+    num_threads: int | None = None  # multicore
+    device: str | None = None  # GPU backends: name substring or "#k"
+    unified_memory: int | None = None  # cuda/hip: 0 never, 1 always, 2 if supported (cuda default)
+    platform: str | None = None  # opencl
+    nvrtc_options: tuple[str, ...] = ()  # cuda
+    default_thread_block_size: int | None = None
+    default_grid_size: int | None = None
+    default_tile_size: int | None = None
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> "Config":
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise TypeError(f"unknown Futhark configuration option(s) {unknown}; known: {sorted(known)}")
+        return cls(**kwargs)
+
+
+class _State:
+    """What the context's finaliser needs, kept apart from the Context so handles can share it."""
+
+    def __init__(self, ffi: Any, lib: Any, cfg: Any, ctx: Any):
+        self.ffi, self.lib, self.cfg, self.ctx = ffi, lib, cfg, ctx
+        self.open = True
+        self.lock = threading.RLock()
+        # id(handle) -> (free function, pointer) for every live value, so close() can free them.
+        self.values: dict[int, tuple[Callable[[Any, Any], int], Any]] = {}
+
+    def close(self) -> None:
+        with self.lock:
+            if not self.open:
+                return
+            self.open = False
+            for free, ptr in list(self.values.values()):
+                free(self.ctx, ptr)
+            self.values.clear()
+            self.lib.futhark_context_sync(self.ctx)
+            self.lib.futhark_context_free(self.ctx)
+            self.lib.futhark_context_config_free(self.cfg)
+
+
+class Context:
+    """One Futhark context. Use ``with`` or ``close()`` for deterministic release."""
+
+    def __init__(self, ffi: Any, lib: Any, backend: str, config: Config, tuning_names: set[str]):
+        self.ffi, self.lib, self.backend, self.config = ffi, lib, backend, config
+        self.gpu = backend in ("cuda", "hip", "opencl")
+        cfg = lib.futhark_context_config_new()
+        if cfg == ffi.NULL:
+            raise FutharkError("futhark_context_config_new returned NULL")
+        try:
+            self._apply(cfg, config, tuning_names)
+        except BaseException:
+            lib.futhark_context_config_free(cfg)
+            raise
+        ctx = lib.futhark_context_new(cfg)
+        err = lib.futhark_context_get_error(ctx) if ctx != ffi.NULL else ffi.NULL
+        if ctx == ffi.NULL or err != ffi.NULL:
+            msg = self._take_string(err) if err != ffi.NULL else "futhark_context_new returned NULL"
+            if ctx != ffi.NULL:
+                lib.futhark_context_free(ctx)
+            lib.futhark_context_config_free(cfg)
+            raise FutharkError(f"could not create the Futhark context: {msg}", None, "futhark_context_new")
+        self._state = _State(ffi, lib, cfg, ctx)
+        self._pending_host: list[Any] = []  # host buffers of in-flight async copies (GPU backends)
+        import weakref
+
+        self._finalizer = weakref.finalize(self, _State.close, self._state)
+
+    # -- configuration
+    def _apply(self, cfg: Any, c: Config, tuning_names: set[str]) -> None:
+        lib = self.lib
+
+        def need(fn: str, option: str) -> Any:
+            f = getattr(lib, fn, None)
+            if f is None:
+                raise TypeError(f"option {option!r} is not supported by the {self.backend} backend")
+            return f
+
+        lib.futhark_context_config_set_debugging(cfg, int(c.debugging))
+        lib.futhark_context_config_set_logging(cfg, int(c.logging))
+        lib.futhark_context_config_set_profiling(cfg, int(c.profiling))
+        if c.cache_file is not None:
+            self._cache_file = self.ffi.new("char[]", str(c.cache_file).encode())  # kept alive
+            lib.futhark_context_config_set_cache_file(cfg, self._cache_file)
+        for name, value in dict(c.tuning).items():
+            if tuning_names and name not in tuning_names:
+                raise ValueError(f"tuning: unknown parameter {name!r}; this library has {sorted(tuning_names)}")
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"tuning: value for {name!r} must be a non-negative int, got {value!r}")
+            if lib.futhark_context_config_set_tuning_param(cfg, name.encode(), value) != 0:
+                raise ValueError(f"tuning: the library rejected parameter {name!r}")
+        if c.num_threads is not None:
+            need("futhark_context_config_set_num_threads", "num_threads")(cfg, int(c.num_threads))
+        if c.device is not None:
+            need("futhark_context_config_set_device", "device")(cfg, str(c.device).encode())
+        if c.unified_memory is not None:
+            if c.unified_memory not in (0, 1, 2):
+                raise ValueError("unified_memory must be 0 (never), 1 (always) or 2 (if supported)")
+            need("futhark_context_config_set_unified_memory", "unified_memory")(cfg, c.unified_memory)
+        if c.platform is not None:
+            need("futhark_context_config_set_platform", "platform")(cfg, str(c.platform).encode())
+        for opt in c.nvrtc_options:
+            need("futhark_context_config_add_nvrtc_option", "nvrtc_options")(cfg, opt.encode())
+        for option in ("default_thread_block_size", "default_grid_size", "default_tile_size"):
+            value = getattr(c, option)
+            if value is not None:
+                need(f"futhark_context_config_set_{option}", option)(cfg, int(value))
+
+    # -- basic state
+    @property
+    def ptr(self) -> Any:
+        """The ``struct futhark_context *``; raises once the context is closed."""
+        s = self._state
+        if not s.open:
+            raise InvalidHandleError("the Futhark context is closed")
+        return s.ctx
+
+    @property
+    def closed(self) -> bool:
+        return not self._state.open
+
+    def _take_string(self, p: Any) -> str:
+        """Copy a malloc'd C string and free it, as the API asks of the caller."""
+        try:
+            return self.ffi.string(p).decode(errors="replace")
+        finally:
+            self.lib.free(p)
+
+    def last_error(self) -> str | None:
+        p = self.lib.futhark_context_get_error(self.ptr)
+        return None if p == self.ffi.NULL else self._take_string(p)
+
+    def error(self, code: int | None, function: str) -> FutharkError:
+        """The exception for a failed call, with Futhark's own message."""
+        msg = self.last_error() or f"{function} failed with code {code} (no message from Futhark)"
+        return error_for(code, msg.rstrip("\n"), function)
+
+    def check(self, code: int, function: str) -> None:
+        if code != 0:
+            raise self.error(code, function)
+
+    # -- API
+    def sync(self) -> None:
+        """Wait for all outstanding work; errors of asynchronous work surface here."""
+        rc = self.lib.futhark_context_sync(self.ptr)
+        self._pending_host.clear()
+        self.check(rc, "futhark_context_sync")
+
+    def keep_until_sync(self, buffer: Any) -> None:
+        """Hold a host buffer that an asynchronous copy reads or writes until the next sync."""
+        if self.gpu:
+            self._pending_host.append(buffer)
+            if len(self._pending_host) > 1024:  # bound the memory an unsynced loop can pin
+                self.sync()
+
+    def report(self) -> dict[str, Any]:
+        """``futhark_context_report`` parsed from JSON (debug and profiling information)."""
+        p = self.lib.futhark_context_report(self.ptr)
+        if p == self.ffi.NULL:
+            raise self.error(None, "futhark_context_report")
+        text = self._take_string(p)
+        try:
+            return dict(json.loads(text))
+        except (json.JSONDecodeError, TypeError, ValueError):
+            return {"text": text}
+
+    def clear_caches(self) -> None:
+        self.check(self.lib.futhark_context_clear_caches(self.ptr), "futhark_context_clear_caches")
+
+    def pause_profiling(self) -> None:
+        self.lib.futhark_context_pause_profiling(self.ptr)
+
+    def unpause_profiling(self) -> None:
+        self.lib.futhark_context_unpause_profiling(self.ptr)
+
+    # -- value registry (used by values.py)
+    def register(self, handle: object, free: Callable[[Any, Any], int], ptr: Any) -> None:
+        self._state.values[id(handle)] = (free, ptr)
+
+    def unregister(self, handle: object) -> None:
+        self._state.values.pop(id(handle), None)
+
+    @property
+    def live_values(self) -> int:
+        return len(self._state.values)
+
+    def close(self) -> None:
+        """Free remaining values, sync, free the context, then the configuration."""
+        self._pending_host.clear()
+        self._finalizer()
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,100 @@
+"""Entry points as Python callables with real signatures.
+
+Per call: convert each argument (handles pass through, NumPy is copied into temporaries that are
+freed after the call), call the C function, raise on a nonzero code with Futhark's message, mark
+consumed handles invalid, and wrap results (arrays/opaques as handles, scalars as NumPy scalars).
+Calls are asynchronous on GPU backends; only scalar results force a sync, because the C API says
+they may not be read before one.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+from .manifest import EntryPoint as EntryInfo
+from .types import PRIMITIVES
+from .values import Value
+
+if TYPE_CHECKING:
+    from .library import Library
+
+
+def _annotation(type_name: str, unique: bool) -> str:
+    return ("*" if unique else "") + type_name
+
+
+class EntryPoint:
+    """A callable Futhark entry point. ``inspect.signature`` and ``help()`` show Futhark's types."""
+
+    def __init__(self, library: "Library", info: EntryInfo):
+        self.library = library
+        self.entry = info
+        self.name = info.name
+        self.__name__ = info.name
+        self.__qualname__ = info.name
+        self._fn = library.fn(info.cfun)
+        self._codec = library.codec
+        self._prim_inputs = [PRIMITIVES.get(p.type) for p in info.inputs]
+        self._scalar_out = any(o.type in PRIMITIVES for o in info.outputs)
+        params = [
+            inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_annotation(p.type, p.unique))
+            for p in info.inputs
+        ]
+        outs = [_annotation(o.type, o.unique) for o in info.outputs]
+        ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
+        self.__signature__ = inspect.Signature(params, return_annotation=ret)
+        consumed = [p.name for p in info.inputs if p.unique]
+        self.__doc__ = (
+            f"Futhark entry point {info.name}{self.__signature__}\n\n"
+            f"C function: {info.cfun}; backend: {library.backend}.\n"
+            + (f"Consumes {', '.join(consumed)}: handles passed there are invalid afterwards; "
+               "NumPy arrays are copied in, so user data is never changed.\n" if consumed else "")
+            + (f"\n{info.doc}\n" if info.doc else "")
+        )
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        n = len(self.entry.inputs)
+        if not kwargs and len(args) == n:
+            return args
+        try:
+            bound = self.__signature__.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.name}{self.__signature__}: {e}") from None
+        return tuple(bound.arguments[p.name] for p in self.entry.inputs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        values = self._bind(args, kwargs)
+        lib = self.library
+        ctx = lib.context
+        codec = self._codec
+        info = self.entry
+        with codec.call_scope() as scope:
+            c_args = []
+            for p, prim, v in zip(info.inputs, self._prim_inputs, values):
+                what = f"{self.name}: parameter {p.name!r}"
+                if prim is not None:
+                    from .values import prim_to_c
+
+                    c_args.append(prim_to_c(prim, v, what))
+                else:
+                    c_args.append(codec.to_c(p.type, v, what, scope, p.unique))
+            # Two handles to one value in consuming position would be consumed twice.
+            if any(p.unique for p in info.inputs):
+                seen = [id(v) for p, v in zip(info.inputs, values) if isinstance(v, Value)]
+                if len(seen) != len(set(seen)):
+                    raise ValueError(f"{self.name}: a consumed handle may not also be passed as another argument")
+            cells = [codec.out_cell(o.type) for o in info.outputs]
+            rc = self._fn(ctx.ptr, *cells, *c_args)
+            for p, v in zip(info.inputs, values):
+                if p.unique and isinstance(v, Value):
+                    v._mark_consumed(f"entry point {self.name!r} (parameter {p.name!r})")
+            if rc != 0:
+                raise ctx.error(rc, info.cfun)
+        if self._scalar_out:
+            ctx.sync()
+        results = tuple(codec.from_cell(o.type, c) for o, c in zip(info.outputs, cells))
+        return results[0] if len(results) == 1 else results
+
+    def __repr__(self) -> str:
+        return f"<Futhark entry point {self.name}{self.__signature__}>"

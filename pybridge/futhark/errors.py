@@ -1,0 +1,46 @@
+"""Exceptions for Futhark calls.
+
+Futhark's C API returns 0 on success, ``FUTHARK_PROGRAM_ERROR`` (2) when the program fails (bounds
+check, assertion, invalid sizes) and ``FUTHARK_OUT_OF_MEMORY`` (3) when an allocation fails; other
+nonzero codes are unspecified failures. The text always comes from ``futhark_context_get_error``.
+"""
+
+from __future__ import annotations
+
+FUTHARK_SUCCESS = 0
+FUTHARK_PROGRAM_ERROR = 2
+FUTHARK_OUT_OF_MEMORY = 3
+
+
+class FutharkError(RuntimeError):
+    """A Futhark API call failed. ``code`` is the C return code (None for NULL returns)."""
+
+    def __init__(self, message: str, code: int | None = None, function: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.function = function
+
+
+class ProgramError(FutharkError):
+    """The Futhark program failed (out-of-bounds index, failed assert, size mismatch).
+
+    The context stays usable after it."""
+
+
+class OutOfMemoryError(FutharkError, MemoryError):
+    """Futhark could not allocate memory (reliable mainly for GPU memory)."""
+
+
+class InvalidHandleError(RuntimeError):
+    """A value was used after it was freed, consumed, or after its context was closed."""
+
+
+def error_for(code: int | None, message: str, function: str | None = None) -> FutharkError:
+    """The exception class for a return code and message."""
+    low = message.lower()
+    if code == FUTHARK_OUT_OF_MEMORY or "out of memory" in low or "failed to allocate" in low:
+        return OutOfMemoryError(message, code, function)
+    if code == FUTHARK_PROGRAM_ERROR:
+        return ProgramError(message, code, function)
+    return FutharkError(message, code, function)

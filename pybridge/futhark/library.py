@@ -1,0 +1,231 @@
+"""Loading a Futhark library: find it, read its manifest, bind it with cffi, create its context.
+
+``load("saxpy")`` finds ``build/futhark/<backend>/libsaxpy.so`` (or a test fixture of that name),
+``load("path/libprog.so")`` / ``load("path/prog.json")`` take the files Futhark wrote, and
+``load("prog.fut", backend="c")`` compiles a user's program first (see ``build.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+import weakref
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..paths import find_build_file
+from .binding import bind_abi, bind_api
+from .cdef import RAW_POINTER_CTYPE, cdef_for
+from .context import Config, Context
+from .entry import EntryPoint
+from .errors import FutharkError
+from .manifest import ArrayType, Manifest, load_manifest
+from .values import ArrayKind, Codec, OpaqueKind
+
+BACKEND_PREFERENCE = ("c", "multicore", "cuda", "hip", "opencl", "ispc")
+
+_open_libraries: "weakref.WeakValueDictionary[str, Library]" = weakref.WeakValueDictionary()
+_open_lock = threading.Lock()
+
+
+def resolve(name_or_path: str | os.PathLike[str], backend: str | None = None) -> tuple[Path, Path]:
+    """(shared library, manifest) for a name, a .so path or a .json path."""
+    p = Path(name_or_path)
+    if p.suffix == ".json":
+        so = p.with_name(f"lib{p.stem}.so")
+        return so, p
+    if p.suffix == ".so":
+        stem = p.stem.removeprefix("lib")
+        return p, p.with_name(f"{stem}.json")
+    if os.sep in str(name_or_path) or p.suffix:
+        raise FileNotFoundError(f"{name_or_path}: expected a library name, a lib<prog>.so or a <prog>.json")
+    backends = (backend,) if backend else BACKEND_PREFERENCE
+    tried = []
+    for kind in ("futhark", "fixtures"):
+        for b in backends:
+            rel = Path(kind) / b / f"lib{p.name}.so"
+            tried.append(str(rel))
+            found = find_build_file(rel)
+            if found is not None:
+                return found, found.with_name(f"{p.name}.json")
+    raise FileNotFoundError(
+        f"no built Futhark library named {str(name_or_path)!r} (looked for {', '.join(tried)} in the build "
+        "directories; run `make`, or `pybridge build prog.fut` for your own program)"
+    )
+
+
+def _gpu_present() -> tuple[bool, str]:
+    """Whether a CUDA device exists, asked of the driver without creating a context.
+
+    Futhark's cuda backend calls exit() when it finds no device, which would kill Python."""
+    for name in ("libcuda.so.1", "libcuda.so"):
+        try:
+            cu = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    else:
+        return False, "the CUDA driver (libcuda.so.1) is not installed"
+    if cu.cuInit(0) != 0:
+        return False, "cuInit failed (no usable NVIDIA GPU or driver)"
+    count = ctypes.c_int(0)
+    if cu.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
+        return False, "the CUDA driver reports no device"
+    return True, ""
+
+
+class Library:
+    """A loaded Futhark library with one context. Entry points are attributes: ``lib.saxpy(...)``."""
+
+    def __init__(self, so_path: Path, manifest: Manifest, mode: str = "abi", config: Config | None = None):
+        self.path = Path(so_path).resolve()
+        self.manifest = manifest
+        self.backend = manifest.backend
+        self.mode = mode
+        self.raw_ctype = RAW_POINTER_CTYPE.get(self.backend, "void *")
+        cdef = cdef_for(manifest)
+        if mode == "abi":
+            self.ffi, self.lib = bind_abi(cdef, self.path)
+        elif mode == "api":
+            header = self.path.with_name(f"{self.path.stem.removeprefix('lib')}.h")
+            if not header.exists():
+                raise FileNotFoundError(f"API mode needs the header {header} next to the library")
+            self.ffi, self.lib = bind_api(cdef, self.path, header)
+        else:
+            raise ValueError(f"mode must be 'abi' or 'api', got {mode!r}")
+        if self.backend == "cuda":
+            ok, why = _gpu_present()
+            if not ok:
+                raise FutharkError(f"cannot use the cuda backend library {self.path.name}: {why}")
+        tuning = {t for e in manifest.entry_points.values() for t in e.tuning_params}
+        self.context = Context(self.ffi, self.lib, self.backend, config or Config(), tuning)
+        self.codec = Codec(self)
+        self.types: dict[str, ArrayKind | OpaqueKind] = {}
+        for name, info in manifest.types.items():
+            self.types[name] = ArrayKind(self, info) if isinstance(info, ArrayType) else OpaqueKind(self, info)
+        self.entry_points = {name: EntryPoint(self, e) for name, e in manifest.entry_points.items()}
+        self.key = f"{self.path}::{self.backend}"
+        with _open_lock:
+            _open_libraries[self.key] = self
+
+    def fn(self, name: str) -> Any:
+        """The C function ``name``; a clear error if the library does not export it."""
+        try:
+            return getattr(self.lib, name)
+        except AttributeError:
+            raise FutharkError(f"{self.path.name} does not export {name}, which its manifest names") from None
+
+    # entry points as attributes
+    def __getattr__(self, name: str) -> EntryPoint:
+        eps = self.__dict__.get("entry_points")
+        if eps is not None and name in eps:
+            return eps[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute or entry point {name!r}")
+
+    def __dir__(self) -> list[str]:
+        return list(super().__dir__()) + list(self.entry_points)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.entry_points)
+
+    # context pass-throughs
+    def sync(self) -> None:
+        self.context.sync()
+
+    def report(self) -> dict[str, Any]:
+        return self.context.report()
+
+    def clear_caches(self) -> None:
+        self.context.clear_caches()
+
+    def close(self) -> None:
+        self.context.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.context.closed
+
+    def __enter__(self) -> "Library":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def live_values(self) -> int | None:
+        """Values alive in the C library, where it can tell (the test fixtures export a counter)."""
+        try:
+            fn = ctypes.CDLL(str(self.path)).pybridge_fixture_live_values
+        except (OSError, AttributeError):
+            return None
+        fn.restype = ctypes.c_int
+        return int(fn())
+
+    def tuning_params(self) -> dict[str, str]:
+        """Tuning parameter name -> class, as the library reports them."""
+        n = self.lib.futhark_get_tuning_param_count()
+        s = self.ffi.string
+        return {
+            s(self.lib.futhark_get_tuning_param_name(i)).decode(): s(self.lib.futhark_get_tuning_param_class(i)).decode()
+            for i in range(n)
+        }
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<Futhark library {self.path.name} backend={self.backend} entry points={list(self.entry_points)} {state}>"
+
+
+def load(
+    name_or_path: str | os.PathLike[str],
+    backend: str | None = None,
+    mode: str = "abi",
+    **config: Any,
+) -> Library:
+    """Load a Futhark library and create its context.
+
+    ``name_or_path``: a program name (searched in the build directories), ``lib<prog>.so``,
+    ``<prog>.json``, or a ``.fut`` source (compiled first with ``backend``, default c).
+    ``config``: see ``Config`` (debugging, logging, profiling, tuning, cache_file, num_threads,
+    device, unified_memory, platform, nvrtc_options, default_*_size).
+    """
+    cfg = Config.from_kwargs(**config)
+    if str(name_or_path).endswith(".fut"):
+        from .build import build_program
+
+        so = build_program(name_or_path, backend=backend or "c")
+        manifest_path = so.with_name(f"{so.stem.removeprefix('lib')}.json")
+    else:
+        so, manifest_path = resolve(name_or_path, backend)
+    if not so.exists():
+        raise FileNotFoundError(f"{so} does not exist (the manifest {manifest_path.name} has no library beside it)")
+    if not manifest_path.exists():
+        raise FileNotFoundError(f"{manifest_path} does not exist: Futhark writes it next to the library with --library")
+    manifest = load_manifest(manifest_path)
+    if backend and manifest.backend != backend:
+        raise ValueError(f"{so.name} was compiled for the {manifest.backend} backend, not {backend}")
+    return Library(so, manifest, mode, cfg)
+
+
+def library_for_key(key: str) -> Library:
+    """An open library for a pickled value's key, loading it again if needed."""
+    with _open_lock:
+        lib = _open_libraries.get(key)
+    if lib is not None and not lib.closed:
+        return lib
+    path, backend = key.rsplit("::", 1)
+    return load(path, backend=backend)
+
+
+def check_in_subprocess(name_or_path: str | os.PathLike[str], backend: str | None = None, timeout: float = 300, **config: Any) -> tuple[bool, str]:
+    """Create the context in a child process first. The cuda backend aborts the whole process when
+    its kernels fail to compile (NVRTC) or no device is found, which no Python code can catch."""
+    code = (
+        "import sys, pybridge.futhark as pf\n"
+        f"lib = pf.load({str(name_or_path)!r}, backend={backend!r}, **{config!r})\n"
+        "lib.close(); print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    ok = proc.returncode == 0 and proc.stdout.strip().endswith("ok")
+    return ok, (proc.stdout + proc.stderr).strip()

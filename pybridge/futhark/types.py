@@ -1,0 +1,102 @@
+"""Futhark primitive types: their NumPy dtype, their C type in the generated API, their range.
+
+The C API maps each primitive directly to a C type, except ``f16`` which travels as the ``uint16_t``
+holding its IEEE binary16 bits (docs/c-api.rst, "Values"). This table is the one place that knows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Primitive:
+    name: str  # Futhark spelling: i32, f16, bool ...
+    dtype: np.dtype  # NumPy dtype of one element
+    ctype: str  # C type used by the API for one element
+
+    @property
+    def is_integer(self) -> bool:
+        return self.dtype.kind in "iu"
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype.kind == "f"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.dtype.kind == "b"
+
+    @property
+    def bits_ctype(self) -> str:
+        """C type of the storage; f16 is stored as its bits."""
+        return self.ctype
+
+
+_TABLE = [
+    Primitive("i8", np.dtype(np.int8), "int8_t"),
+    Primitive("i16", np.dtype(np.int16), "int16_t"),
+    Primitive("i32", np.dtype(np.int32), "int32_t"),
+    Primitive("i64", np.dtype(np.int64), "int64_t"),
+    Primitive("u8", np.dtype(np.uint8), "uint8_t"),
+    Primitive("u16", np.dtype(np.uint16), "uint16_t"),
+    Primitive("u32", np.dtype(np.uint32), "uint32_t"),
+    Primitive("u64", np.dtype(np.uint64), "uint64_t"),
+    Primitive("f16", np.dtype(np.float16), "uint16_t"),
+    Primitive("f32", np.dtype(np.float32), "float"),
+    Primitive("f64", np.dtype(np.float64), "double"),
+    Primitive("bool", np.dtype(np.bool_), "bool"),
+]
+
+PRIMITIVES: dict[str, Primitive] = {p.name: p for p in _TABLE}
+BY_DTYPE: dict[np.dtype, Primitive] = {p.dtype: p for p in _TABLE}
+
+
+def is_primitive(type_name: str) -> bool:
+    return type_name in PRIMITIVES
+
+
+def primitive(type_name: str) -> Primitive:
+    try:
+        return PRIMITIVES[type_name]
+    except KeyError:
+        raise KeyError(f"{type_name!r} is not a Futhark primitive type") from None
+
+
+def array_type_name(elem: str, rank: int) -> str:
+    """Manifest name of an array type, e.g. ('f32', 2) -> '[][]f32'."""
+    return "[]" * rank + elem
+
+
+def split_array_type(type_name: str) -> tuple[int, str]:
+    """'[][]f32' -> (2, 'f32'); a non-array name gives rank 0."""
+    rank = 0
+    while type_name.startswith("[]", 2 * rank):
+        rank += 1
+    return rank, type_name[2 * rank :]
+
+
+def scalar_to_numpy(prim: Primitive, value: object, what: str) -> np.generic:
+    """Convert a Python or NumPy scalar to ``prim``'s dtype, with a range check for integers.
+
+    Rule: bool parameters take bool/np.bool_ only; integer parameters take integers (not bool, not
+    floats) that fit; float parameters take any real number (ints and floats), converted by NumPy.
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if prim.is_bool:
+        if isinstance(value, (bool, np.bool_)):
+            return np.bool_(value)
+        raise TypeError(f"{what}: expected bool, got {type(value).__name__}")
+    if prim.is_integer:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{what}: expected an integer for {prim.name}, got {type(value).__name__}")
+        info = np.iinfo(prim.dtype)
+        if not info.min <= int(value) <= info.max:
+            raise OverflowError(f"{what}: {value} does not fit in {prim.name} [{info.min}, {info.max}]")
+        return prim.dtype.type(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{what}: expected a real number for {prim.name}, got {type(value).__name__}")
+    return prim.dtype.type(value)

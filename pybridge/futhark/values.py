@@ -1,0 +1,686 @@
+"""Futhark values in Python: array handles, opaque handles (records, tuples, sums, arrays of records),
+and the conversions between Python/NumPy values and the C arguments of the API.
+
+A handle owns one reference to a Futhark value (the C API reference-counts values) and frees it once:
+on ``free()``, at the end of a ``with`` block, when garbage-collected, or when its context closes.
+Conversion rules (documented in the README):
+- a handle of the parameter's type from the same context is passed as is, never copied;
+- a NumPy array must have the element dtype and rank exactly (TypeError otherwise); a non-contiguous
+  one is copied into C order; nested lists/tuples are converted with ``np.asarray(x, dtype)`` and
+  rejected if that changes a value;
+- scalars: see ``types.scalar_to_numpy`` (integers range-checked, no bool for numbers);
+- a record parameter also takes a mapping of its fields, a tuple parameter a Python tuple.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from .cdef import struct_name
+from .errors import InvalidHandleError
+from .manifest import ArrayType, OpaqueType
+from .types import PRIMITIVES, Primitive, scalar_to_numpy
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .library import Library
+
+
+# ---------------------------------------------------------------- handles
+
+
+class Value:
+    """Base of all handles: one reference to a Futhark value in one context."""
+
+    __slots__ = ("_ctx", "_ptr", "_status", "_free_fn", "_keep", "library", "__weakref__")
+
+    def __init__(self, library: "Library", ptr: Any, free_fn: Any, keep: Any = None):
+        self.library = library
+        self._ctx: Context = library.context
+        self._ptr = ptr
+        self._free_fn = free_fn
+        self._status: str | None = None  # None while live; else why it is unusable
+        self._keep = keep  # an object that must outlive the value (new_raw's owner)
+        self._ctx.register(self, free_fn, ptr)
+
+    @property
+    def ptr(self) -> Any:
+        """The C pointer; raises InvalidHandleError after free/consume/close."""
+        if self._status is not None:
+            raise InvalidHandleError(f"{self._describe()} was {self._status}")
+        if self._ctx.closed:
+            raise InvalidHandleError(f"{self._describe()} belongs to a closed Futhark context")
+        return self._ptr
+
+    @property
+    def valid(self) -> bool:
+        return self._status is None and not self._ctx.closed
+
+    def _describe(self) -> str:
+        return f"Futhark value of type {self.type_name}"
+
+    @property
+    def type_name(self) -> str:
+        raise NotImplementedError
+
+    def free(self) -> None:
+        """Release this reference now. Idempotent."""
+        self._release("freed")
+
+    def _release(self, status: str) -> None:
+        if self._status is not None:
+            return
+        self._status = status
+        if not self._ctx.closed:
+            self._ctx.unregister(self)
+            rc = self._free_fn(self._ctx.ptr, self._ptr)
+            self._keep = None
+            if rc != 0:
+                raise self._ctx.error(rc, "free")
+        self._keep = None
+
+    def _mark_consumed(self, by: str) -> None:
+        # A consumed value may only be freed (docs/c-api.rst, "Entry points").
+        self._release(f"consumed by {by}")
+
+    def __del__(self) -> None:
+        try:
+            if self._status is None and not self._ctx.closed:
+                self._release("freed")
+        except Exception:
+            pass
+
+    def __enter__(self) -> "Value":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
+
+
+class ArrayHandle(Value):
+    """A Futhark array of primitives. Data stays in Futhark (on the GPU for GPU backends)."""
+
+    __slots__ = ("atype", "_shape")
+
+    def __init__(self, library: "Library", atype: "ArrayKind", ptr: Any, keep: Any = None):
+        self.atype = atype
+        self._shape: tuple[int, ...] | None = None
+        super().__init__(library, ptr, atype.free_fn, keep)
+
+    @property
+    def type_name(self) -> str:
+        return self.atype.name
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.atype.prim.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        if self._shape is None:
+            p = self.atype.shape_fn(self._ctx.ptr, self.ptr)
+            self._shape = tuple(int(p[i]) for i in range(self.atype.rank))
+        return self._shape
+
+    @property
+    def ndim(self) -> int:
+        return self.atype.rank
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def numpy(self) -> np.ndarray:
+        """Copy the values into a new NumPy array (synchronises)."""
+        out = np.empty(self.shape, dtype=self.dtype)
+        if out.size:
+            ctx = self._ctx
+            rc = self.atype.values_fn(ctx.ptr, self.ptr, self.atype.buffer(out))
+            ctx.check(rc, self.atype.info.ops["values"])
+            ctx.sync()
+        return out
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def __getitem__(self, index: int | tuple[int, ...]) -> np.generic:
+        """One element, by a full integer index (negative counts from the end)."""
+        idx = index if isinstance(index, tuple) else (index,)
+        if len(idx) != self.ndim or not all(isinstance(i, (int, np.integer)) for i in idx):
+            raise TypeError(
+                f"{self.type_name} handles support indexing by {self.ndim} integer(s); "
+                "use .numpy() for slices"
+            )
+        norm = []
+        for i, (k, n) in enumerate(zip(idx, self.shape)):
+            k = int(k)
+            if not -n <= k < n:
+                raise IndexError(f"index {k} is out of bounds for axis {i} with size {n}")
+            norm.append(k + n if k < 0 else k)
+        out = self.atype.ffi.new(f"{self.atype.prim.ctype} *")
+        rc = self.atype.index_fn(self._ctx.ptr, out, self.ptr, *norm)
+        self._ctx.check(rc, self.atype.info.ops["index"])
+        self._ctx.sync()
+        return prim_from_c(self.atype.prim, out[0])
+
+    def data_pointer(self) -> int:
+        """The raw storage address (``values_raw``); on cuda a device (or managed) pointer."""
+        fn = self.atype.values_raw_fn
+        if fn is None:
+            raise TypeError(f"{self.type_name}: the library has no values_raw operation")
+        raw = fn(self._ctx.ptr, self.ptr)
+        return int(raw) if isinstance(raw, int) else int(self.atype.ffi.cast("uintptr_t", raw))
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """CAI v3 over Futhark's device memory. Syncs Futhark first, so ``stream`` is None."""
+        if self.library.backend != "cuda":
+            raise AttributeError(f"__cuda_array_interface__ needs the cuda backend, not {self.library.backend}")
+        ptr = self.data_pointer()
+        self._ctx.sync()
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (ptr, False),
+            "strides": None,
+            "version": 3,
+            "stream": None,
+        }
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore_array, (self.library.key, self.type_name, self.numpy()))
+
+    def __repr__(self) -> str:
+        if self._status is not None:
+            return f"<ArrayHandle {self.type_name} {self._status}>"
+        return f"<ArrayHandle {self.type_name} shape={self.shape} backend={self.library.backend}>"
+
+
+class OpaqueHandle(Value):
+    """A Futhark opaque value: record, tuple, sum, array of records, or fully opaque."""
+
+    __slots__ = ("otype",)
+
+    def __init__(self, library: "Library", otype: "OpaqueKind", ptr: Any):
+        self.otype = otype
+        super().__init__(library, ptr, otype.free_fn)
+
+    @property
+    def type_name(self) -> str:
+        return self.otype.name
+
+    # records and tuples
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        fields = self.otype.fields
+        return tuple(f.name for f in fields) if fields else ()
+
+    def field(self, name: str) -> Any:
+        """Project one field (a record field, a tuple component, or a record array's column)."""
+        fields = self.otype.fields
+        for f in fields or ():
+            if f.name == name:
+                out = self.library.codec.out_cell(f.type)
+                rc = self.library.fn(f.project)(self._ctx.ptr, out, self.ptr)
+                self._ctx.check(rc, f.project)
+                return self.library.codec.from_cell(f.type, out)
+        raise AttributeError(f"{self.type_name} has no field {name!r}; fields: {list(self.field_names)}")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.field(name)
+
+    def __dir__(self) -> list[str]:
+        return list(super().__dir__()) + list(self.field_names)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {n: self.field(n) for n in self.field_names}
+
+    @property
+    def is_tuple(self) -> bool:
+        names = self.field_names
+        return bool(names) and self.otype.info.record is not None and names == tuple(
+            str(i) for i in range(len(names))
+        )
+
+    def __len__(self) -> int:
+        if self.otype.info.record_array or self.otype.info.opaque_array:
+            return self.shape[0]
+        if self.is_tuple:
+            return len(self.field_names)
+        raise TypeError(f"{self.type_name} has no length")
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __getitem__(self, i: int | tuple[int, ...]) -> Any:
+        info = self.otype.info
+        if self.is_tuple and isinstance(i, (int, np.integer)):
+            n = len(self.field_names)
+            if not -n <= int(i) < n:
+                raise IndexError(f"tuple index {i} out of range for {self.type_name}")
+            return self.field(str(int(i) % n))
+        arr = info.record_array or info.opaque_array
+        if arr is None or arr.index is None:
+            raise TypeError(f"{self.type_name} is not indexable")
+        idx = i if isinstance(i, tuple) else (i,)
+        shape = self.shape
+        if len(idx) != arr.rank:
+            raise TypeError(f"{self.type_name} needs {arr.rank} indices")
+        norm = []
+        for ax, (k, n) in enumerate(zip(idx, shape)):
+            k = int(k)
+            if not -n <= k < n:
+                raise IndexError(f"index {k} is out of bounds for axis {ax} with size {n}")
+            norm.append(k + n if k < 0 else k)
+        out = self.library.codec.out_cell(arr.elemtype)
+        rc = self.library.fn(arr.index)(self._ctx.ptr, out, self.ptr, *norm)
+        self._ctx.check(rc, arr.index)
+        return self.library.codec.from_cell(arr.elemtype, out)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        arr = self.otype.info.record_array or self.otype.info.opaque_array
+        if arr is None or arr.shape is None:
+            raise AttributeError(f"{self.type_name} is not an array")
+        p = self.library.fn(arr.shape)(self._ctx.ptr, self.ptr)
+        return tuple(int(p[k]) for k in range(arr.rank))
+
+    # sums
+    @property
+    def variant(self) -> str:
+        s = self.otype.info.sum
+        if s is None:
+            raise AttributeError(f"{self.type_name} is not a sum type")
+        k = self.library.fn(s.variant)(self._ctx.ptr, self.ptr)
+        return s.variants[k].name
+
+    @property
+    def payload(self) -> tuple[Any, ...]:
+        s = self.otype.info.sum
+        if s is None:
+            raise AttributeError(f"{self.type_name} is not a sum type")
+        v = next(v for v in s.variants if v.name == self.variant)
+        cells = [self.library.codec.out_cell(t) for t in v.payload]
+        rc = self.library.fn(v.destruct)(self._ctx.ptr, *cells, self.ptr)
+        self._ctx.check(rc, v.destruct)
+        return tuple(self.library.codec.from_cell(t, c) for t, c in zip(v.payload, cells))
+
+    # serialisation
+    def store(self) -> bytes:
+        """Serialise with ``futhark_store_opaque_*`` (restore with ``lib.types[name].restore``)."""
+        ffi = self.library.ffi
+        p = ffi.new("void **")
+        n = ffi.new("size_t *")
+        rc = self.library.fn(self.otype.info.ops["store"])(self._ctx.ptr, self.ptr, p, n)
+        self._ctx.check(rc, self.otype.info.ops["store"])
+        self._ctx.sync()
+        try:
+            return bytes(ffi.buffer(p[0], n[0]))
+        finally:
+            self.library.lib.free(p[0])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore_opaque, (self.library.key, self.type_name, self.store()))
+
+    def __repr__(self) -> str:
+        if self._status is not None:
+            return f"<OpaqueHandle {self.type_name} {self._status}>"
+        info = self.otype.info
+        if info.sum:
+            return f"<OpaqueHandle {self.type_name} #{self.variant}>"
+        if info.record and self.field_names:
+            return f"<OpaqueHandle {self.type_name} fields={list(self.field_names)}>"
+        return f"<OpaqueHandle {self.type_name}>"
+
+
+def _restore_array(key: str, type_name: str, data: np.ndarray) -> ArrayHandle:
+    from .library import library_for_key
+
+    return library_for_key(key).types[type_name].new(data)
+
+
+def _restore_opaque(key: str, type_name: str, data: bytes) -> OpaqueHandle:
+    from .library import library_for_key
+
+    return library_for_key(key).types[type_name].restore(data)
+
+
+# ---------------------------------------------------------------- type objects (lib.types[name])
+
+
+def prim_from_c(prim: Primitive, value: Any) -> np.generic:
+    if prim.name == "f16":
+        return np.uint16(value).view(np.float16)
+    return prim.dtype.type(value)
+
+
+def prim_to_c(prim: Primitive, value: Any, what: str) -> Any:
+    v = scalar_to_numpy(prim, value, what)
+    if prim.name == "f16":
+        return int(v.view(np.uint16))
+    return v.item()
+
+
+class ArrayKind:
+    """``lib.types['[]f32']``: make arrays from NumPy or device pointers."""
+
+    def __init__(self, library: "Library", info: ArrayType):
+        self.library, self.info, self.name = library, info, info.name
+        self.ffi = library.ffi
+        self.prim = PRIMITIVES[info.elemtype]
+        self.rank = info.rank
+        fn = library.fn
+        ops = info.ops
+        self.new_fn = fn(ops["new"])
+        self.free_fn = fn(ops["free"])
+        self.values_fn = fn(ops["values"])
+        self.shape_fn = fn(ops["shape"])
+        self.index_fn = fn(ops["index"]) if "index" in ops else None
+        self.values_raw_fn = fn(ops["values_raw"]) if "values_raw" in ops else None
+        self.new_raw_fn = fn(ops["new_raw"]) if "new_raw" in ops else None
+        self._buf_type = f"{self.prim.ctype}[]"
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.prim.dtype
+
+    def buffer(self, arr: np.ndarray) -> Any:
+        return self.ffi.from_buffer(self._buf_type, arr)
+
+    def coerce(self, value: Any, what: str) -> np.ndarray:
+        """A C-contiguous array of exactly this dtype and rank, by the documented rule."""
+        dtype = self.prim.dtype
+        if isinstance(value, np.ndarray):
+            if value.dtype != dtype:
+                raise TypeError(
+                    f"{what}: expected a NumPy array of dtype {dtype} ({self.name}), got {value.dtype}; "
+                    f"convert explicitly with .astype(np.{dtype.name})"
+                )
+            arr = value
+        elif isinstance(value, (list, tuple)):
+            try:
+                arr = np.asarray(value, dtype=dtype)
+                back = np.asarray(value)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise TypeError(f"{what}: cannot convert to {self.name}: {e}") from None
+            if back.shape != arr.shape or (back.size and not np.array_equal(back, arr)):
+                raise TypeError(f"{what}: converting this sequence to {self.name} would change values")
+        elif hasattr(value, "__array__") and not isinstance(value, Value):
+            return self.coerce(np.asarray(value), what)
+        else:
+            raise TypeError(f"{what}: expected {self.name} (a NumPy array or Futhark handle), got {type(value).__name__}")
+        if arr.ndim != self.rank:
+            raise TypeError(f"{what}: expected a {self.rank}-d array for {self.name}, got {arr.ndim}-d")
+        if not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr)
+        return arr
+
+    def new(self, value: Any) -> ArrayHandle:
+        """Copy NumPy data into a new Futhark array."""
+        arr = self.coerce(value, f"{self.name}.new")
+        return self._new_from(arr)
+
+    def _new_from(self, arr: np.ndarray) -> ArrayHandle:
+        lib = self.library
+        ctx = lib.context
+        ptr = self.new_fn(ctx.ptr, self.buffer(arr), *arr.shape)
+        if ptr == self.ffi.NULL:
+            raise ctx.error(None, self.info.ops["new"])
+        ctx.keep_until_sync(arr)  # the copy may still be reading arr
+        return ArrayHandle(lib, self, ptr)
+
+    def new_raw(self, pointer: int, shape: Sequence[int], owner: Any = None) -> ArrayHandle:
+        """Wrap existing storage (a device pointer on cuda) without copying. Futhark never frees
+        it, so ``owner`` (the object that owns the memory) is kept alive as long as the handle."""
+        if self.new_raw_fn is None:
+            raise TypeError(f"{self.name}: the library has no new_raw operation")
+        shape = tuple(int(s) for s in shape)
+        if len(shape) != self.rank or any(s < 0 for s in shape):
+            raise ValueError(f"new_raw: shape must be {self.rank} non-negative ints, got {shape}")
+        raw_type = self.library.raw_ctype
+        raw = pointer if raw_type == "CUdeviceptr" else self.ffi.cast(raw_type, pointer)
+        ptr = self.new_raw_fn(self.library.context.ptr, raw, *shape)
+        if ptr == self.ffi.NULL:
+            raise self.library.context.error(None, self.info.ops["new_raw"])
+        return ArrayHandle(self.library, self, ptr, keep=owner)
+
+    def from_cuda(self, obj: Any) -> ArrayHandle:
+        """Zero-copy view of a CUDA array (anything with ``__cuda_array_interface__``)."""
+        if self.library.backend != "cuda":
+            raise TypeError(f"from_cuda needs a cuda-backend library, this one is {self.library.backend}")
+        from ..interop import cuda_array_interface_view
+
+        view = cuda_array_interface_view(obj)
+        if view.dtype != self.dtype:
+            raise TypeError(f"from_cuda: expected dtype {self.dtype}, got {view.dtype}")
+        if not view.c_contiguous:
+            raise ValueError("from_cuda: the array must be C-contiguous")
+        view.synchronize()
+        return self.new_raw(view.pointer, view.shape, owner=obj)
+
+    def __repr__(self) -> str:
+        return f"<ArrayType {self.name}>"
+
+
+class OpaqueKind:
+    """``lib.types['point']``: build records/tuples/sums/arrays of records, restore bytes."""
+
+    def __init__(self, library: "Library", info: OpaqueType):
+        self.library, self.info, self.name = library, info, info.name
+        self.free_fn = library.fn(info.ops["free"])
+        self.fields = info.record.fields if info.record else (info.record_array.fields if info.record_array else None)
+
+    @property
+    def kind(self) -> str:
+        i = self.info
+        if i.sum:
+            return "sum"
+        if i.record_array:
+            return "record_array"
+        if i.opaque_array:
+            return "opaque_array"
+        if i.record:
+            return "tuple" if all(f.name.isdigit() for f in i.record.fields) else "record"
+        return "opaque"
+
+    def _wrap(self, cell: Any, fn_name: str, rc: int) -> OpaqueHandle:
+        self.library.context.check(rc, fn_name)
+        return OpaqueHandle(self.library, self, cell[0])
+
+    def _field_args(self, fields: Sequence[Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+        names = [f.name for f in fields]
+        if args and kwargs:
+            raise TypeError(f"{self.name}: give fields either by position or by name")
+        if kwargs:
+            missing = [n for n in names if n not in kwargs]
+            extra = [k for k in kwargs if k not in names]
+            if missing or extra:
+                raise TypeError(f"{self.name}: fields are {names}; missing {missing}, unexpected {extra}")
+            args = [kwargs[n] for n in names]
+        if len(args) != len(names):
+            raise TypeError(f"{self.name}: expected {len(names)} fields {names}, got {len(args)}")
+        return list(args)
+
+    def new(self, *args: Any, **kwargs: Any) -> OpaqueHandle:
+        """Build a record (fields by name or position) or a tuple (components by position)."""
+        rec = self.info.record
+        if rec is None or rec.new is None:
+            if self.info.record_array:
+                return self.zip(*args, **kwargs)
+            raise TypeError(f"{self.name} is not a record or tuple, it cannot be built from fields")
+        values = self._field_args(rec.fields, args, kwargs)
+        codec = self.library.codec
+        with codec.call_scope() as scope:
+            c_args = [
+                codec.to_c(f.type, v, f"{self.name}.{f.name}", scope) for f, v in zip(rec.fields, values)
+            ]
+            cell = self.library.ffi.new(f"{struct_name(self.info.ctype)} **")
+            rc = self.library.fn(rec.new)(self.library.context.ptr, cell, *c_args)
+            return self._wrap(cell, rec.new, rc)
+
+    def zip(self, *args: Any, **kwargs: Any) -> OpaqueHandle:
+        """Build an array of records from one array per field (no copy in Futhark)."""
+        ra = self.info.record_array
+        if ra is None or ra.zip is None:
+            raise TypeError(f"{self.name} is not an array of records")
+        values = self._field_args(ra.fields, args, kwargs)
+        codec = self.library.codec
+        with codec.call_scope() as scope:
+            c_args = [codec.to_c(f.type, v, f"{self.name}.{f.name}", scope) for f, v in zip(ra.fields, values)]
+            cell = self.library.ffi.new(f"{struct_name(self.info.ctype)} **")
+            rc = self.library.fn(ra.zip)(self.library.context.ptr, cell, *c_args)
+            return self._wrap(cell, ra.zip, rc)
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        return tuple(v.name for v in self.info.sum.variants) if self.info.sum else ()
+
+    def construct(self, variant: str, *payload: Any) -> OpaqueHandle:
+        """Build a sum value of the named variant."""
+        s = self.info.sum
+        if s is None:
+            raise TypeError(f"{self.name} is not a sum type")
+        try:
+            v = next(v for v in s.variants if v.name == variant)
+        except StopIteration:
+            raise ValueError(f"{self.name} has no variant {variant!r}; variants: {list(self.variants)}") from None
+        if len(payload) != len(v.payload):
+            raise TypeError(f"{self.name}.{variant} takes {len(v.payload)} values, got {len(payload)}")
+        codec = self.library.codec
+        with codec.call_scope() as scope:
+            c_args = [codec.to_c(t, x, f"{self.name}.{variant}[{i}]", scope) for i, (t, x) in enumerate(zip(v.payload, payload))]
+            cell = self.library.ffi.new(f"{struct_name(self.info.ctype)} **")
+            rc = self.library.fn(v.construct)(self.library.context.ptr, cell, *c_args)
+            return self._wrap(cell, v.construct, rc)
+
+    def restore(self, data: bytes) -> OpaqueHandle:
+        """Rebuild a value from ``OpaqueHandle.store()`` bytes."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"{self.name}.restore: expected bytes, got {type(data).__name__}")
+        lib = self.library
+        buf = lib.ffi.from_buffer(bytes(data))
+        ptr = lib.fn(self.info.ops["restore"])(lib.context.ptr, buf)
+        if ptr == lib.ffi.NULL:
+            raise lib.context.error(None, self.info.ops["restore"])
+        lib.context.sync()  # restore is asynchronous and reads buf
+        return OpaqueHandle(lib, self, ptr)
+
+    def __repr__(self) -> str:
+        return f"<OpaqueType {self.name} ({self.kind})>"
+
+
+# ---------------------------------------------------------------- codec
+
+
+class _Scope:
+    """Temporaries created for one call, freed when the call is done."""
+
+    def __init__(self) -> None:
+        self.temps: list[Value] = []
+
+    def close(self) -> None:
+        for t in self.temps:
+            t.free()
+        self.temps.clear()
+
+
+class _ScopeCM:
+    def __init__(self) -> None:
+        self.scope = _Scope()
+
+    def __enter__(self) -> _Scope:
+        return self.scope
+
+    def __exit__(self, *exc: object) -> None:
+        self.scope.close()
+
+
+class Codec:
+    """Python value <-> C argument, per manifest type name."""
+
+    def __init__(self, library: "Library"):
+        self.library = library
+        self.ffi = library.ffi
+
+    def call_scope(self) -> _ScopeCM:
+        return _ScopeCM()
+
+    def to_c(self, type_name: str, value: Any, what: str, scope: _Scope, unique: bool = False) -> Any:
+        prim = PRIMITIVES.get(type_name)
+        if prim is not None:
+            return prim_to_c(prim, value, what)
+        kind = self.library.types[type_name]
+        if isinstance(value, Value):
+            if value.library is not self.library:
+                raise TypeError(f"{what}: the value belongs to another Futhark library/context")
+            if value.type_name != type_name:
+                raise TypeError(f"{what}: expected {type_name}, got a handle of {value.type_name}")
+            return value.ptr
+        if isinstance(kind, ArrayKind):
+            arr = kind.coerce(value, what)
+            h = kind._new_from(arr)
+            scope.temps.append(h)
+            return h.ptr
+        if kind.info.record is not None and kind.info.record.new:
+            if isinstance(value, Mapping):
+                h = kind.new(**value)
+            elif isinstance(value, tuple):
+                h = kind.new(*value)
+            else:
+                raise TypeError(f"{what}: expected {type_name} (a handle, or a {'tuple' if kind.kind == 'tuple' else 'dict of fields'}), got {type(value).__name__}")
+            scope.temps.append(h)
+            return h.ptr
+        raise TypeError(f"{what}: expected a handle of opaque type {type_name}, got {type(value).__name__}")
+
+    def out_cell(self, type_name: str) -> Any:
+        prim = PRIMITIVES.get(type_name)
+        if prim is not None:
+            return self.ffi.new(f"{prim.ctype} *")
+        return self.ffi.new(f"{struct_name(self.library.manifest.types[type_name].ctype)} **")
+
+    def from_cell(self, type_name: str, cell: Any) -> Any:
+        prim = PRIMITIVES.get(type_name)
+        if prim is not None:
+            return prim_from_c(prim, cell[0])
+        kind = self.library.types[type_name]
+        if isinstance(kind, ArrayKind):
+            return ArrayHandle(self.library, kind, cell[0])
+        return OpaqueHandle(self.library, kind, cell[0])
+
+
+def to_numpy(value: Any) -> Any:
+    """Recursively turn results into plain NumPy/Python data: arrays -> ndarray, records -> dict,
+    tuples -> tuple, sums -> (variant, payload), arrays of records -> dict of column arrays."""
+    if isinstance(value, ArrayHandle):
+        return value.numpy()
+    if isinstance(value, OpaqueHandle):
+        info = value.otype.info
+        if info.sum:
+            return (value.variant, tuple(to_numpy(p) for p in value.payload))
+        if info.record_array:
+            return {n: to_numpy(value.field(n)) for n in value.field_names}
+        if info.record:
+            if value.is_tuple:
+                return tuple(to_numpy(value.field(n)) for n in value.field_names)
+            return {n: to_numpy(value.field(n)) for n in value.field_names}
+        return value
+    if isinstance(value, tuple):
+        return tuple(to_numpy(v) for v in value)
+    return value
+
+
+_ = weakref  # handles are weak-referenceable (Value.__slots__) so registries can hold them weakly
