@@ -18,6 +18,10 @@ FUT_SRCS  := $(wildcard futhark/*.fut)
 FUT_PROGS := $(patsubst futhark/%.fut,%,$(FUT_SRCS))
 FUT_DIR   := $(BUILD)/futhark/$(FUTHARK_BACKEND)
 FUT_LIBS  := $(FUT_PROGS:%=$(FUT_DIR)/lib%.so)
+# The reference programs the conformance fixtures imitate, built by the real compiler when present,
+# so the same API tests run on real output and on the fixtures.
+REF_DIR   := $(BUILD)/reference/$(FUTHARK_BACKEND)
+REF_LIBS  := $(REF_DIR)/libtypes.so $(REF_DIR)/libprobe.so
 
 # Link flags the generated C needs, per backend (cuda: measured with Futhark 0.25.34).
 FUT_LDLIBS_c         := -lm
@@ -55,7 +59,7 @@ all: futhark-if-available cuda-if-available fixtures
 .PHONY: futhark-if-available cuda-if-available
 ifeq ($(HAVE_FUTHARK),yes)
 futhark-if-available: futhark
-futhark: $(FUT_LIBS)
+futhark: $(FUT_LIBS) $(REF_LIBS)
 else
 futhark-if-available:
 	@echo "make: $(FUTHARK_MISSING)"
@@ -72,6 +76,15 @@ $(FUT_DIR)/lib%.so: $(FUT_DIR)/%.c $(FUT_DIR)/%.h
 	$(CC) -O3 -fPIC -shared $(FUT_CFLAGS_$(FUTHARK_BACKEND)) -o $@ $< $(FUT_LDLIBS)
 
 .PRECIOUS: $(FUT_DIR)/%.c $(FUT_DIR)/%.h $(FUT_DIR)/%.json
+
+$(REF_DIR)/%.c $(REF_DIR)/%.h $(REF_DIR)/%.json &: tests/reference/%.fut
+	@mkdir -p $(REF_DIR)
+	$(FUTHARK) $(FUTHARK_BACKEND) --library -o $(REF_DIR)/$* $<
+
+$(REF_DIR)/lib%.so: $(REF_DIR)/%.c $(REF_DIR)/%.h
+	$(CC) -O3 -fPIC -shared $(FUT_CFLAGS_$(FUTHARK_BACKEND)) -o $@ $< $(FUT_LDLIBS)
+
+.PRECIOUS: $(REF_DIR)/%.c $(REF_DIR)/%.h $(REF_DIR)/%.json
 
 # ---- CUDA rules
 ifeq ($(HAVE_NVCC),yes)
