@@ -71,6 +71,7 @@ endif
 $(FUT_DIR)/%.c $(FUT_DIR)/%.h $(FUT_DIR)/%.json &: futhark/%.fut
 	@mkdir -p $(FUT_DIR)
 	$(FUTHARK) $(FUTHARK_BACKEND) --library -o $(FUT_DIR)/$* $<
+	$(if $(filter cuda,$(FUTHARK_BACKEND)),scripts/futhark_cuda13_compat.sh $(CUDA_HOME)/include $(FUT_DIR)/$*.c)
 
 $(FUT_DIR)/lib%.so: $(FUT_DIR)/%.c $(FUT_DIR)/%.h
 	$(CC) -O3 -fPIC -shared $(FUT_CFLAGS_$(FUTHARK_BACKEND)) -o $@ $< $(FUT_LDLIBS)
@@ -80,6 +81,7 @@ $(FUT_DIR)/lib%.so: $(FUT_DIR)/%.c $(FUT_DIR)/%.h
 $(REF_DIR)/%.c $(REF_DIR)/%.h $(REF_DIR)/%.json &: tests/reference/%.fut
 	@mkdir -p $(REF_DIR)
 	$(FUTHARK) $(FUTHARK_BACKEND) --library -o $(REF_DIR)/$* $<
+	$(if $(filter cuda,$(FUTHARK_BACKEND)),scripts/futhark_cuda13_compat.sh $(CUDA_HOME)/include $(REF_DIR)/$*.c)
 
 $(REF_DIR)/lib%.so: $(REF_DIR)/%.c $(REF_DIR)/%.h
 	$(CC) -O3 -fPIC -shared $(FUT_CFLAGS_$(FUTHARK_BACKEND)) -o $@ $< $(FUT_LDLIBS)

@@ -77,9 +77,23 @@ def build_program(
         return so
     _run([compiler, backend, "--library", "-o", str(out / stem), str(src)], "futhark")
     cflags, ldflags = _cuda_dirs() if backend == "cuda" else ([], [])
+    if backend == "cuda":
+        _cuda13_compat(out / f"{stem}.c", Path(cflags[0][2:]) / "cuda.h")
     _run([cc, "-O3", "-fPIC", "-shared", *cflags, "-o", str(so), str(out / f"{stem}.c"), *ldflags, *LINK_FLAGS[backend]], "C compiler")
     stamp.write_text(digest)
     return so
+
+
+def _cuda13_compat(c_file: Path, cuda_h: Path) -> None:
+    """Futhark before 0.25.34 emits CUDA 12's cuCtxCreate(&ctx, 0, dev); CUDA 13 renamed it to the
+    4-argument cuCtxCreate_v4. Rewrite that one call when the headers are CUDA 13's."""
+    try:
+        if "cuCtxCreate_v4" not in cuda_h.read_text(errors="replace").split("define cuCtxCreate ", 1)[-1][:40]:
+            return
+    except OSError:
+        return
+    text = c_file.read_text()
+    c_file.write_text(text.replace("cuCtxCreate(&ctx->cu_ctx, 0, ctx->dev)", "cuCtxCreate(&ctx->cu_ctx, NULL, 0, ctx->dev)"))
 
 
 def _run(cmd: list[str], what: str) -> None:
