@@ -9,7 +9,8 @@ CUDA_ARCH       ?= sm_90
 BUILD           ?= build
 CC              ?= cc
 PYTHON          ?= python3
-CUDA_HOME       ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC) 2>/dev/null)))
+# /usr/local/bin/nvcc may be a wrapper, so prefer the toolkit's usual home when it exists.
+CUDA_HOME       ?= $(or $(wildcard /usr/local/cuda),$(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC) 2>/dev/null))))
 
 BUILD := $(patsubst %/,%,$(BUILD))
 

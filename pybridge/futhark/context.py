@@ -173,8 +173,10 @@ class Context:
     def sync(self) -> None:
         """Wait for all outstanding work; errors of asynchronous work surface here."""
         rc = self.lib.futhark_context_sync(self.ptr)
-        self._pending_host.clear()
-        self.check(rc, "futhark_context_sync")
+        if self._pending_host:
+            self._pending_host.clear()
+        if rc != 0:
+            raise self.error(rc, "futhark_context_sync")
 
     def keep_until_sync(self, buffer: Any) -> None:
         """Hold a host buffer that an asynchronous copy reads or writes until the next sync."""

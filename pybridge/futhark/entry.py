@@ -13,8 +13,8 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 from .manifest import EntryPoint as EntryInfo
-from .types import PRIMITIVES
-from .values import Value
+from .types import PRIMITIVES, scalar_converter
+from .values import Value, prim_from_c
 
 if TYPE_CHECKING:
     from .library import Library
@@ -37,6 +37,17 @@ class EntryPoint:
         self._codec = library.codec
         self._prim_inputs = [PRIMITIVES.get(p.type) for p in info.inputs]
         self._scalar_out = any(o.type in PRIMITIVES for o in info.outputs)
+        self._n = len(info.inputs)
+        # Precomputed per parameter/result: the hot path does no lookups and no imports.
+        self._convs = [
+            scalar_converter(prim, f"{info.name}: parameter {p.name!r}") if prim is not None else None
+            for p, prim in zip(info.inputs, self._prim_inputs)
+        ]
+        self._all_prim = all(c is not None for c in self._convs)
+        out_prims = [PRIMITIVES.get(o.type) for o in info.outputs]
+        self._fast_out = all(p is not None for p in out_prims)
+        self._out_ctypes = [f"{p.ctype} *" for p in out_prims if p is not None]
+        self._out_prims = out_prims
         params = [
             inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_annotation(p.type, p.unique))
             for p in info.inputs
@@ -64,21 +75,36 @@ class EntryPoint:
         return tuple(bound.arguments[p.name] for p in self.entry.inputs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        values = self._bind(args, kwargs)
+        if self._all_prim and self._fast_out and not kwargs and len(args) == self._n:
+            return self._call_scalars(args)
+        return self._call_general(self._bind(args, kwargs))
+
+    def _call_scalars(self, args: tuple[Any, ...]) -> Any:
+        """Scalars in, scalars out: no temporaries, no handles."""
+        ctx = self.library.context
+        new = self.library.ffi.new
+        c_args = [conv(v) for conv, v in zip(self._convs, args)]
+        cells = [new(t) for t in self._out_ctypes]
+        rc = self._fn(ctx.ptr, *cells, *c_args)
+        if rc != 0:
+            raise ctx.error(rc, self.entry.cfun)
+        ctx.sync()
+        if len(cells) == 1:
+            return prim_from_c(self._out_prims[0], cells[0][0])  # type: ignore[arg-type]
+        return tuple(prim_from_c(p, c[0]) for p, c in zip(self._out_prims, cells))  # type: ignore[arg-type]
+
+    def _call_general(self, values: tuple[Any, ...]) -> Any:
         lib = self.library
         ctx = lib.context
         codec = self._codec
         info = self.entry
         with codec.call_scope() as scope:
             c_args = []
-            for p, prim, v in zip(info.inputs, self._prim_inputs, values):
-                what = f"{self.name}: parameter {p.name!r}"
-                if prim is not None:
-                    from .values import prim_to_c
-
-                    c_args.append(prim_to_c(prim, v, what))
+            for p, conv, v in zip(info.inputs, self._convs, values):
+                if conv is not None:
+                    c_args.append(conv(v))
                 else:
-                    c_args.append(codec.to_c(p.type, v, what, scope, p.unique))
+                    c_args.append(codec.to_c(p.type, v, f"{self.name}: parameter {p.name!r}", scope, p.unique))
             # Two handles to one value in consuming position would be consumed twice.
             if any(p.unique for p in info.inputs):
                 seen = [id(v) for p, v in zip(info.inputs, values) if isinstance(v, Value)]

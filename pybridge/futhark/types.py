@@ -18,6 +18,10 @@ class Primitive:
     ctype: str  # C type used by the API for one element
 
     @property
+    def scalar_type(self) -> type:
+        return self.dtype.type
+
+    @property
     def is_integer(self) -> bool:
         return self.dtype.kind in "iu"
 
@@ -76,6 +80,39 @@ def split_array_type(type_name: str) -> tuple[int, str]:
     while type_name.startswith("[]", 2 * rank):
         rank += 1
     return rank, type_name[2 * rank :]
+
+
+def scalar_converter(prim: Primitive, what: str):
+    """A fast converter from a Python/NumPy scalar to the value cffi passes for ``prim``.
+
+    Same rule as ``scalar_to_numpy``; precomputed per parameter because it sits on every call."""
+    if prim.is_integer:
+        info = np.iinfo(prim.dtype)
+        lo, hi = int(info.min), int(info.max)
+
+        def conv_int(v: object) -> int:
+            if (type(v) is int or isinstance(v, np.integer)) and not isinstance(v, (bool, np.bool_)):
+                iv = int(v)  # type: ignore[call-overload]
+                if lo <= iv <= hi:
+                    return iv
+            return int(scalar_to_numpy(prim, v, what))  # raises the precise error
+
+        return conv_int
+    if prim.name == "f16":
+        return lambda v: int(scalar_to_numpy(prim, v, what).view(np.uint16))
+    if prim.is_float:
+
+        def conv_float(v: object) -> float:
+            if type(v) is float:
+                return v  # type: ignore[return-value]
+            return float(scalar_to_numpy(prim, v, what))
+
+        return conv_float
+
+    def conv_bool(v: object) -> bool:
+        return bool(scalar_to_numpy(prim, v, what))
+
+    return conv_bool
 
 
 def scalar_to_numpy(prim: Primitive, value: object, what: str) -> np.generic:

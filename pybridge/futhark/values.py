@@ -365,7 +365,7 @@ def _restore_opaque(key: str, type_name: str, data: bytes) -> OpaqueHandle:
 def prim_from_c(prim: Primitive, value: Any) -> np.generic:
     if prim.name == "f16":
         return np.uint16(value).view(np.float16)
-    return prim.dtype.type(value)
+    return prim.scalar_type(value)
 
 
 def prim_to_c(prim: Primitive, value: Any, what: str) -> Any:

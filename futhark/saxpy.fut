@@ -1,0 +1,7 @@
+-- saxpy: a*x + y, elementwise, in f32 (BLAS level 1).
+-- pybridge example catalog: example "saxpy" (pybridge/examples.py); CUDA op "saxpy".
+
+-- | `saxpy a xs ys` is the array `a*xs[i] + ys[i]`.  Both arrays
+-- must have the same length (a size mismatch is a runtime error).
+entry saxpy [n] (a: f32) (xs: [n]f32) (ys: [n]f32) : [n]f32 =
+  map2 (\x y -> a * x + y) xs ys

@@ -1,0 +1,968 @@
+"""The example catalog shared by ``pybridge demo``, the tests and the benchmarks.
+
+Each :class:`Example` names one computation and says
+
+* where to run it: Futhark libraries in order of preference (:class:`LibrarySource`: the programs
+  in ``futhark/*.fut`` first, then the conformance fixtures built from ``tests/reference/probe.fut``'s
+  entry points, so the demo also runs where no Futhark compiler was available), and the name of
+  the operation in the CUDA catalog (``pybridge/cuda/catalog.py``) that computes the same thing;
+* what the answer is: a NumPy reference (accumulating in float64 where that makes the reference
+  better, then cast to the result's dtype);
+* how to make inputs: ``make_inputs(rng, size)`` returns the entry point's positional arguments
+  as NumPy values, deterministically from the generator; ``size`` is roughly the number of
+  elements of the main array (for matmul and mandelbrot: of the output);
+* how close is close enough: a :class:`Tolerance` whose ``rule`` says it in words and whose
+  comment in ``_build_catalog`` says why.
+
+The CUDA operation of an example takes the same logical inputs as the Futhark entry point (plus the
+example's ``params``, e.g. ``nops`` for ``chain``); the CUDA catalog maps them onto its kernels.
+
+Shared definitions that the CUDA kernels follow:
+
+* ``histogram``: counts the values in ``[0, nbins)``; other values (negative ones included) are
+  ignored.
+* ``mandelbrot``: pixel ``(i, j)`` (row ``i``, column ``j``) is ``c = (x0 + f32(j)*dx, y0 + f32(i)*dy)``;
+  ``z`` starts at 0; while ``count < max_iter`` and ``zr*zr + zi*zi <= 4``:
+  ``zr, zi = zr*zr - zi*zi + cr, 2*zr*zi + ci`` (all in f32) and ``count += 1``.  So a point with
+  ``|c| > 2`` gives 1, a point of the set gives ``max_iter``, and ``max_iter <= 0`` gives 0.
+* ``chain``: ``op k x = x * 1.0001f + f32(k) * 0.001f`` applied for ``k = 1 .. nops`` in order.
+
+This module imports neither ``pybridge.futhark`` nor ``pybridge.cuda``; it only needs NumPy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+__all__ = [
+    "CUDA_OPS",
+    "CHAIN_LENGTHS",
+    "PROBE_CHAIN_LENGTHS",
+    "DEMO_EXAMPLES",
+    "EXAMPLES",
+    "CheckResult",
+    "Example",
+    "LibrarySource",
+    "Tolerance",
+    "Exact",
+    "ElementwiseBound",
+    "MismatchFraction",
+    "RecordBound",
+    "TupleOf",
+    "as_numpy",
+    "get_field",
+    "get",
+    "names",
+    "by_cuda_op",
+    "find_library",
+    "chain_op",
+    "chain_reference",
+    "mandelbrot_reference",
+]
+
+#: The operation names of the CUDA catalog (pybridge/cuda/catalog.py).
+CUDA_OPS: frozenset[str] = frozenset(
+    {"saxpy", "sum", "scan", "matmul", "histogram", "mandelbrot", "chain"}
+)
+#: futhark/chain.fut has chain1 ... chain30.
+CHAIN_LENGTHS: tuple[int, ...] = tuple(range(1, 31))
+#: tests/reference/probe.fut (and so the fixtures) has only these chains.
+PROBE_CHAIN_LENGTHS: tuple[int, ...] = (1, 2, 4, 8, 16, 30)
+
+_F32 = np.float32
+_F64 = np.float64
+_EPS32 = float(np.finfo(np.float32).eps)  # 2**-23; unit roundoff u = eps/2
+_EPS64 = float(np.finfo(np.float64).eps)  # 2**-52
+_TINY32 = float(np.finfo(np.float32).tiny)  # smallest normal f32: covers flush-to-zero of subnormals
+_TINY64 = float(np.finfo(np.float64).tiny)
+
+
+# ------------------------------------------------------------------------------------------------
+# Values coming back from either half
+# ------------------------------------------------------------------------------------------------
+
+
+def as_numpy(value: Any) -> np.ndarray:
+    """A NumPy view of a result: an ArrayHandle (``.numpy()``), a device array (``.get()``), a
+    NumPy array or scalar.  Scalars become 0-d arrays (their dtype is kept)."""
+    numpy_method = getattr(value, "numpy", None)
+    if callable(numpy_method):
+        return np.asarray(numpy_method())
+    if not isinstance(value, (Mapping, np.ndarray, np.generic)):
+        get_method = getattr(value, "get", None)
+        if callable(get_method):
+            return np.asarray(get_method())
+    return np.asarray(value)
+
+
+def get_field(record: Any, name: str) -> Any:
+    """Field ``name`` of a record result: a mapping's item or a handle's attribute."""
+    if isinstance(record, Mapping):
+        return record[name]
+    return getattr(record, name)
+
+
+def _get_part(value: Any, i: int) -> Any:
+    """Part ``i`` of a result with several values: a tuple/list, something indexable, or an opaque
+    tuple handle whose fields are named "0", "1", ... (Futhark >= 0.26)."""
+    if isinstance(value, (tuple, list)):
+        return value[i]
+    try:
+        return value[i]
+    except (TypeError, KeyError, IndexError):
+        return getattr(value, str(i))
+
+
+# ------------------------------------------------------------------------------------------------
+# Tolerances
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of comparing a result with the reference."""
+
+    ok: bool
+    message: str
+    max_abs_err: float = 0.0
+    mismatches: int = 0
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+class Tolerance(Protocol):
+    """``rule`` says in words what is accepted; ``check`` compares ``actual`` with ``expected``
+    (the reference's output for ``args``).  ``fields`` maps a record's canonical field names to
+    the names a particular library uses (None: the same names); only records look at it."""
+
+    rule: str
+
+    def check(
+        self,
+        args: Sequence[Any],
+        expected: Any,
+        actual: Any,
+        fields: Mapping[str, str] | None = None,
+    ) -> CheckResult: ...
+
+
+def _shape_dtype_problem(expected: np.ndarray, actual: np.ndarray) -> str | None:
+    if actual.shape != expected.shape:
+        return f"shape {actual.shape} != expected {expected.shape}"
+    if actual.dtype != expected.dtype:
+        return f"dtype {actual.dtype} != expected {expected.dtype}"
+    return None
+
+
+def _first_bad(mask: np.ndarray) -> tuple[int, ...]:
+    idx = np.argwhere(mask)
+    return tuple(int(i) for i in idx[0]) if idx.size else ()
+
+
+@dataclass(frozen=True)
+class Exact:
+    """Equal shape, dtype and values (NaN matches NaN)."""
+
+    rule: str = "exact: same shape, dtype and values"
+
+    def check(self, args, expected, actual, fields=None) -> CheckResult:
+        e = np.asarray(expected)
+        a = as_numpy(actual)
+        problem = _shape_dtype_problem(e, a)
+        if problem:
+            return CheckResult(False, problem)
+        equal = a == e
+        if e.dtype.kind in "fc":
+            equal |= np.isnan(a) & np.isnan(e)
+        bad = ~equal
+        n_bad = int(np.count_nonzero(bad))
+        if n_bad == 0:
+            return CheckResult(True, "exact match")
+        where = _first_bad(bad)
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
+        err = float(np.max(diff[bad], initial=0.0)) if e.dtype.kind in "iufb" else math.nan
+        return CheckResult(
+            False,
+            f"{n_bad} of {e.size} element(s) differ; first at {where}: got {a[where]!r}, want {e[where]!r}",
+            max_abs_err=err, mismatches=n_bad,
+        )
+
+
+@dataclass(frozen=True)
+class ElementwiseBound:
+    """``|actual - expected| <= bound(args, expected)`` per element, computed in float64.  Where the
+    reference is infinite the result must equal it; NaN must match NaN."""
+
+    bound: Callable[[Sequence[Any], np.ndarray], Any]
+    rule: str
+
+    def check(self, args, expected, actual, fields=None) -> CheckResult:
+        e = np.asarray(expected)
+        a = as_numpy(actual)
+        problem = _shape_dtype_problem(e, a)
+        if problem:
+            return CheckResult(False, problem)
+        e64 = e.astype(np.float64)
+        a64 = a.astype(np.float64)
+        bound = np.broadcast_to(np.asarray(self.bound(args, e), dtype=np.float64), e.shape)
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.abs(a64 - e64)
+            finite = np.isfinite(e64)
+            ok = np.where(finite, diff <= bound, a64 == e64)
+            ok |= np.isnan(a64) & np.isnan(e64)
+        bad = ~ok
+        n_bad = int(np.count_nonzero(bad))
+        max_err = float(np.max(np.where(finite, diff, 0.0), initial=0.0)) if e.size else 0.0
+        if n_bad == 0:
+            return CheckResult(True, f"max |err| {max_err:.3g} within bound", max_abs_err=max_err)
+        where = _first_bad(bad)
+        return CheckResult(
+            False,
+            f"{n_bad} of {e.size} element(s) out of tolerance; first at {where}: got {a64[where]!r}, "
+            f"want {e64[where]!r}, |err| {diff[where]:.3g} > bound {bound[where]:.3g}",
+            max_abs_err=max_err, mismatches=n_bad,
+        )
+
+
+@dataclass(frozen=True)
+class MismatchFraction:
+    """Integer results where a few elements may differ by any amount: at most
+    ``max(min_allowed, floor(max_fraction * size))`` mismatches, and every element must pass
+    ``valid(args, actual)`` (e.g. lie in its possible range)."""
+
+    max_fraction: float
+    min_allowed: int
+    rule: str
+    valid: Callable[[Sequence[Any], np.ndarray], np.ndarray] | None = None
+
+    def allowed(self, size: int) -> int:
+        return max(self.min_allowed, int(math.floor(self.max_fraction * size)))
+
+    def check(self, args, expected, actual, fields=None) -> CheckResult:
+        e = np.asarray(expected)
+        a = as_numpy(actual)
+        problem = _shape_dtype_problem(e, a)
+        if problem:
+            return CheckResult(False, problem)
+        if self.valid is not None:
+            invalid = ~np.asarray(self.valid(args, a), dtype=bool)
+            if invalid.any():
+                where = _first_bad(invalid)
+                return CheckResult(False, f"{int(invalid.sum())} impossible value(s); first at {where}: {a[where]!r}")
+        bad = a != e
+        n_bad = int(np.count_nonzero(bad))
+        allowed = self.allowed(e.size)
+        max_err = float(np.max(np.abs(a.astype(np.int64) - e.astype(np.int64)), initial=0)) if e.size else 0.0
+        msg = f"{n_bad} of {e.size} element(s) differ (allowed {allowed}), max |diff| {max_err:g}"
+        return CheckResult(n_bad <= allowed, msg, max_abs_err=max_err, mismatches=n_bad)
+
+
+@dataclass(frozen=True)
+class RecordBound:
+    """A record result: each canonical field within ``bounds(args, expected)[field]`` (absolute,
+    NaN matches NaN).  With ``fields`` given, only the canonical fields it maps are compared, read
+    under the library's names (the probe's ``stats`` has ``mean`` and ``sd`` only)."""
+
+    field_names: tuple[str, ...]
+    bounds: Callable[[Sequence[Any], Mapping[str, Any]], Mapping[str, float]]
+    rule: str
+    dtype: Any = np.float64
+
+    def check(self, args, expected, actual, fields=None) -> CheckResult:
+        mapping = dict(fields) if fields is not None else {f: f for f in self.field_names}
+        bounds = self.bounds(args, expected)
+        notes: list[str] = []
+        ok = True
+        max_err = 0.0
+        for canonical, lib_name in mapping.items():
+            try:
+                raw = get_field(actual, lib_name)
+            except (AttributeError, KeyError) as exc:
+                return CheckResult(False, f"result has no field {lib_name!r} ({exc})")
+            a = as_numpy(raw)
+            want = np.asarray(expected[canonical], dtype=self.dtype)
+            if a.dtype != want.dtype or a.shape != ():
+                return CheckResult(False, f"field {lib_name}: dtype {a.dtype} shape {a.shape}, want {want.dtype} scalar")
+            av, ev = float(a), float(want)
+            if math.isnan(ev) or math.isnan(av):
+                good = math.isnan(ev) and math.isnan(av)
+                err = 0.0 if good else math.inf
+            elif math.isinf(ev):
+                good, err = av == ev, (0.0 if av == ev else math.inf)
+            else:
+                err = abs(av - ev)
+                good = err <= bounds[canonical]
+            max_err = max(max_err, err)
+            ok &= good
+            notes.append(f"{lib_name}: got {av!r} want {ev!r} (|err| {err:.3g}, bound {bounds[canonical]:.3g})")
+        return CheckResult(ok, "; ".join(notes), max_abs_err=max_err, mismatches=0 if ok else 1)
+
+
+@dataclass(frozen=True)
+class TupleOf:
+    """Several results (a tuple), each with its own tolerance."""
+
+    parts: tuple[Any, ...]
+    rule: str = "each part of the tuple by its own rule"
+
+    def check(self, args, expected, actual, fields=None) -> CheckResult:
+        msgs = []
+        ok = True
+        for i, tol in enumerate(self.parts):
+            try:
+                part = _get_part(actual, i)
+            except Exception as exc:  # noqa: BLE001 - report, don't crash the comparison
+                return CheckResult(False, f"result has no part {i} ({exc})")
+            r = tol.check(args, expected[i], part)
+            ok &= r.ok
+            msgs.append(f"[{i}] {r.message}")
+        return CheckResult(ok, "; ".join(msgs))
+
+
+# ------------------------------------------------------------------------------------------------
+# Catalog entries
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LibrarySource:
+    """One Futhark library that implements an example.
+
+    ``kind`` "futhark": ``build/futhark/<backend>/lib<library>.so`` from ``futhark/<library>.fut``;
+    "fixture": ``build/fixtures/<backend>/lib<library>.so``, a C library implementing the Futhark C
+    API for the entry points of ``tests/reference/<library>.fut``.  ``fields`` maps the example's
+    canonical record fields to this library's field names (None: the same names).
+    """
+
+    kind: str
+    library: str
+    entry: str
+    fields: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("futhark", "fixture"):
+            raise ValueError(f"unknown library kind {self.kind!r}")
+
+    @property
+    def build_subdir(self) -> str:
+        return "futhark" if self.kind == "futhark" else "fixtures"
+
+    def library_relpath(self, backend: str) -> str:
+        """Path of the shared library relative to a build directory."""
+        return f"{self.build_subdir}/{backend}/lib{self.library}.so"
+
+    def manifest_relpath(self, backend: str) -> str:
+        return f"{self.build_subdir}/{backend}/{self.library}.json"
+
+
+@dataclass(frozen=True, eq=False)
+class Example:
+    """One computation of the catalog (see the module docstring)."""
+
+    name: str
+    summary: str
+    sources: tuple[LibrarySource, ...]
+    cuda_op: str | None
+    reference: Callable[..., Any]
+    make_inputs: Callable[[np.random.Generator, int], tuple[Any, ...]]
+    tolerance: Tolerance
+    arg_names: tuple[str, ...]
+    default_size: int = 1 << 16
+    params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    make_bad_inputs: Callable[[np.random.Generator, int], tuple[Any, ...]] | None = None
+    error_substring: str | None = None
+    tags: frozenset[str] = frozenset()
+
+    def inputs(self, size: int | None = None, seed: int = 0) -> tuple[Any, ...]:
+        """Deterministic inputs: ``make_inputs(np.random.default_rng(seed), size)``."""
+        return self.make_inputs(np.random.default_rng(seed), self.default_size if size is None else size)
+
+    def expected(self, args: Sequence[Any]) -> Any:
+        return self.reference(*args)
+
+    def check(
+        self,
+        args: Sequence[Any],
+        actual: Any,
+        *,
+        expected: Any = None,
+        source: LibrarySource | None = None,
+    ) -> CheckResult:
+        """Compare ``actual`` (what a library returned for ``args``) with the reference."""
+        if expected is None:
+            expected = self.reference(*args)
+        fields = source.fields if source is not None else None
+        return self.tolerance.check(tuple(args), expected, actual, fields)
+
+    def source(self, kind: str) -> LibrarySource | None:
+        """The first source of the given kind ("futhark" or "fixture"), or None."""
+        return next((s for s in self.sources if s.kind == kind), None)
+
+
+# ------------------------------------------------------------------------------------------------
+# References
+# ------------------------------------------------------------------------------------------------
+
+
+def _saxpy_ref(a: Any, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    if xs.shape != ys.shape:
+        raise ValueError("saxpy: xs and ys differ in length")
+    return (_F64(a) * xs.astype(_F64) + ys.astype(_F64)).astype(_F32)
+
+
+def _sum_ref(xs: np.ndarray) -> np.float32:
+    # f32 values are exact in f64; pairwise f64 summation errs by ~log2(n)*2^-53*sum|x|, far below f32.
+    return _F32(np.sum(xs.astype(_F64)))
+
+
+def _dot_ref(xs: np.ndarray, ys: np.ndarray) -> np.float32:
+    if xs.shape != ys.shape:
+        raise ValueError("dot: xs and ys differ in length")
+    # f32*f32 products are exact in f64 (48 <= 53 significant bits).
+    return _F32(np.sum(xs.astype(_F64) * ys.astype(_F64)))
+
+
+def _dot_f64_ref(xs: np.ndarray, ys: np.ndarray) -> np.float64:
+    if xs.shape != ys.shape:
+        raise ValueError("dot_f64: xs and ys differ in length")
+    return _F64(math.fsum((xs.astype(_F64) * ys.astype(_F64)).tolist()))
+
+
+def _stats_ref(xs: np.ndarray) -> dict[str, np.float64]:
+    """Two-pass sum/mean/population std, with correctly rounded (fsum) sums."""
+    x = xs.astype(_F64)
+    n = x.size
+    s = math.fsum(x.tolist())
+    if n == 0:
+        return {"sum": _F64(s), "mean": _F64(math.nan), "std": _F64(math.nan)}
+    m = s / n
+    ss = math.fsum(((x - m) * (x - m)).tolist())
+    return {"sum": _F64(s), "mean": _F64(m), "std": _F64(math.sqrt(ss / n))}
+
+
+def _prefix_sum_ref(xs: np.ndarray) -> np.ndarray:
+    return np.cumsum(xs.astype(_F64)).astype(_F32)
+
+
+def _prefix_sum_i64_ref(xs: np.ndarray) -> np.ndarray:
+    # NumPy's int64 cumsum wraps on overflow, as Futhark's i64 addition does.
+    return np.cumsum(xs.astype(np.int64), dtype=np.int64)
+
+
+def _matmul_ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not chain")
+    return (a.astype(_F64) @ b.astype(_F64)).astype(_F32)
+
+
+def _histogram_ref(nbins: Any, xs: np.ndarray) -> np.ndarray:
+    nbins = int(nbins)
+    if nbins < 0:
+        raise ValueError("histogram: negative nbins")
+    x = xs.astype(np.int64)
+    valid = x[(x >= 0) & (x < nbins)]
+    return np.bincount(valid, minlength=nbins).astype(np.int32)[:nbins]
+
+
+def mandelbrot_reference(
+    w: Any, h: Any, x0: Any, y0: Any, dx: Any, dy: Any, max_iter: Any
+) -> np.ndarray:
+    """Escape counts, with exactly the f32 operations of futhark/mandelbrot.fut (no FMA)."""
+    w, h, max_iter = int(w), int(h), int(max_iter)
+    if w < 0 or h < 0:
+        raise ValueError("mandelbrot: negative image size")
+    x0, y0, dx, dy = _F32(x0), _F32(y0), _F32(dx), _F32(dy)
+    cr_row = x0 + np.arange(w, dtype=_F32) * dx  # f32(j)*dx, then + x0, each rounded to f32
+    ci_col = y0 + np.arange(h, dtype=_F32) * dy
+    cr = np.broadcast_to(cr_row[None, :], (h, w)).ravel()
+    ci = np.broadcast_to(ci_col[:, None], (h, w)).ravel()
+    count = np.zeros(h * w, dtype=np.int32)
+    active = np.arange(h * w)
+    zr = np.zeros(active.size, dtype=_F32)
+    zi = np.zeros(active.size, dtype=_F32)
+    two, four = _F32(2), _F32(4)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _ in range(max(max_iter, 0)):
+            keep = (zr * zr + zi * zi) <= four  # NaN (overflow) stops, as in the Futhark loop
+            if not keep.all():
+                active, zr, zi = active[keep], zr[keep], zi[keep]
+            if active.size == 0:
+                break
+            acr, aci = cr[active], ci[active]
+            zr, zi = zr * zr - zi * zi + acr, two * zr * zi + aci
+            count[active] += 1
+    return count.reshape(h, w)
+
+
+def chain_op(k: int, x: np.ndarray) -> np.ndarray:
+    """``op k x = x * 1.0001f32 + f32.i32 k * 0.001f32``, every operation rounded to f32."""
+    x = np.asarray(x, dtype=_F32)
+    return x * _F32(1.0001) + _F32(k) * _F32(0.001)
+
+
+def chain_reference(xs: np.ndarray, nops: int) -> np.ndarray:
+    """``op 1``, ..., ``op nops`` applied in order, step by step in f32 (as the unfused maps)."""
+    y = np.array(xs, dtype=_F32, copy=True)
+    for k in range(1, nops + 1):
+        y = chain_op(k, y)
+    return y
+
+
+def _index_at_ref(xs: np.ndarray, i: Any) -> np.float32:
+    i = int(i)
+    if not 0 <= i < xs.shape[0]:  # Futhark has no negative indexing: -1 is out of bounds
+        raise IndexError(f"Index [{i}] out of bounds for array of shape [{xs.shape[0]}].")
+    return _F32(xs[i])
+
+
+def _checked_sqrt_ref(x: Any) -> np.float64:
+    x = _F64(x)
+    if not x >= 0:  # NaN fails the assertion too
+        raise ValueError(f"Assertion is false: x >= 0 (x = {x!r})")
+    return _F64(np.sqrt(x))
+
+
+def _trivial_ref(x: Any) -> np.int32:
+    return (np.asarray([x], dtype=np.int32) + np.int32(1))[0]  # wraps like Futhark's i32 +
+
+
+def _bump_ref(xs: np.ndarray) -> np.ndarray:
+    out = np.array(xs, dtype=_F32, copy=True)
+    out[0] = out[0] + _F32(1)  # xs[0] out of bounds on an empty array: IndexError, as in Futhark
+    return out
+
+
+def _pair_ref(x: Any, y: Any, z: Any) -> tuple[np.float32, np.bool_, np.float16]:
+    with np.errstate(over="ignore"):
+        return _F32(x) * _F32(2), np.logical_not(np.bool_(y)), np.float16(z) + np.float16(z)
+
+
+# ------------------------------------------------------------------------------------------------
+# Inputs
+# ------------------------------------------------------------------------------------------------
+
+
+def _normal32(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.standard_normal(n).astype(_F32)
+
+
+def _side(size: int) -> int:
+    return max(1, int(round(math.sqrt(max(size, 1)))))
+
+
+def _saxpy_inputs(rng, size):
+    return _F32(rng.uniform(0.5, 2.0)), _normal32(rng, size), _normal32(rng, size)
+
+
+def _sum_inputs(rng, size):
+    return (_normal32(rng, size),)
+
+
+def _dot_inputs(rng, size):
+    return _normal32(rng, size), _normal32(rng, size)
+
+
+def _dot_f64_inputs(rng, size):
+    return rng.standard_normal(size), rng.standard_normal(size)
+
+
+def _stats_inputs(rng, size):
+    return (rng.normal(10.0, 2.0, size),)
+
+
+def _prefix_sum_inputs(rng, size):
+    return (_normal32(rng, size),)
+
+
+def _prefix_sum_i64_inputs(rng, size):
+    return (rng.integers(-1000, 1000, size, dtype=np.int64),)
+
+
+def _matmul_inputs(rng, size):
+    s = _side(size)
+    return _normal32(rng, s * s).reshape(s, s), _normal32(rng, s * s).reshape(s, s)
+
+
+HISTOGRAM_BINS = 256
+
+
+def _histogram_inputs(rng, size):
+    # Some values fall outside [0, nbins) on both sides, to exercise the "ignored" rule.
+    return np.int64(HISTOGRAM_BINS), rng.integers(-16, HISTOGRAM_BINS + 16, size, dtype=np.int32)
+
+
+MANDELBROT_MAX_ITER = 256
+
+
+def _mandelbrot_inputs(rng, size):
+    # The classic full view [-2.25, 0.75] x [-1.5, 1.5]; the generator is not needed.
+    s = _side(size)
+    return (np.int64(s), np.int64(s), _F32(-2.25), _F32(-1.5), _F32(3.0 / s), _F32(3.0 / s),
+            np.int32(MANDELBROT_MAX_ITER))
+
+
+def _chain_inputs(rng, size):
+    return (rng.uniform(-1.0, 1.0, size).astype(_F32),)
+
+
+def _index_at_inputs(rng, size):
+    n = max(size, 1)
+    return _normal32(rng, n), np.int64(rng.integers(0, n))
+
+
+def _index_at_bad_inputs(rng, size):
+    n = max(size, 1)
+    return _normal32(rng, n), np.int64(n + rng.integers(0, 8))
+
+
+def _checked_sqrt_inputs(rng, size):
+    return (_F64(rng.uniform(0.0, 100.0)),)
+
+
+def _checked_sqrt_bad_inputs(rng, size):
+    return (_F64(-rng.uniform(1.0, 100.0)),)
+
+
+def _trivial_inputs(rng, size):
+    return (np.int32(rng.integers(-1000, 1000)),)
+
+
+def _bump_inputs(rng, size):
+    return (_normal32(rng, max(size, 1)),)
+
+
+def _pair_inputs(rng, size):
+    return _F32(rng.uniform(-10, 10)), np.bool_(rng.integers(0, 2)), np.float16(rng.uniform(-10, 10))
+
+
+# ------------------------------------------------------------------------------------------------
+# Tolerance bounds (see the comments at each use in _build_catalog)
+# ------------------------------------------------------------------------------------------------
+
+
+def _saxpy_bound(args, expected):
+    a, xs, ys = args
+    ax = np.abs(_F64(a) * xs.astype(_F64))
+    return 2.0 * _EPS32 * (ax + np.abs(ys.astype(_F64))) + 2.0 * _TINY32
+
+
+def _sum_bound(args, expected):
+    (xs,) = args
+    n = xs.size
+    return (n + 2) * _EPS32 * float(np.sum(np.abs(xs.astype(_F64)))) + (n + 2) * _TINY32
+
+
+def _dot_bound(args, expected):
+    xs, ys = args
+    n = xs.size
+    s = float(np.sum(np.abs(xs.astype(_F64) * ys.astype(_F64))))
+    return (n + 2) * _EPS32 * s + (n + 2) * _TINY32
+
+
+def _dot_f64_bound(args, expected):
+    xs, ys = args
+    n = xs.size
+    s = math.fsum(np.abs(xs.astype(_F64) * ys.astype(_F64)).tolist())
+    return (n + 2) * _EPS64 * s + (n + 2) * _TINY64
+
+
+def _stats_bounds(args, expected):
+    (xs,) = args
+    x = xs.astype(_F64)
+    n = x.size
+    if n == 0:
+        return {"sum": 0.0, "mean": math.inf, "std": math.inf}  # sum must be exactly 0; others NaN
+    eps = _EPS64
+    abs_sum = math.fsum(np.abs(x).tolist())
+    mean = float(expected["mean"])
+    std = float(expected["std"])
+    var = std * std
+    tol_sum = (n + 1) * eps * abs_sum + n * _TINY64
+    dm = tol_sum / n + eps * abs(mean)  # error of the computed mean
+    # sum_i (x_i - m')^2 = S2 + n*dm^2 exactly (the cross term sum_i (x_i - m) vanishes); each
+    # squared deviation has relative error <= 3u and summing n of them adds (n-1)u: use 2x that.
+    tol_var = dm * dm + 2.0 * (n + 4) * eps * (var + dm * dm) + eps * var
+    # |sqrt(a) - sqrt(b)| <= min(sqrt|a - b|, |a - b| / sqrt(a)), then the sqrt's own rounding.
+    tol_std = math.sqrt(tol_var)
+    if std > 0:
+        tol_std = min(tol_std, tol_var / std)
+    tol_std += eps * std + _TINY64
+    return {"sum": tol_sum, "mean": dm + eps * abs(mean) + _TINY64, "std": tol_std}
+
+
+def _prefix_sum_bound(args, expected):
+    (xs,) = args
+    n_terms = np.arange(1, xs.size + 1, dtype=_F64)
+    prefix_abs = np.cumsum(np.abs(xs.astype(_F64)))
+    return (n_terms + 1) * _EPS32 * prefix_abs + (n_terms + 1) * _TINY32
+
+
+def _matmul_bound(args, expected):
+    a, b = args
+    k = a.shape[1]
+    abs_prod = np.abs(a.astype(_F64)) @ np.abs(b.astype(_F64))
+    return (k + 2) * _EPS32 * abs_prod + (k + 2) * _TINY32
+
+
+def _chain_bound(nops: int) -> Callable[[Sequence[Any], np.ndarray], np.ndarray]:
+    def bound(args, expected):
+        (xs,) = args
+        # Every intermediate satisfies |y_k| <= 1.0001^k |x| + sum_j 0.001 j 1.0001^(k-j)
+        #                                   <= 1.01 (|x| + 0.0005 nops (nops+1)).
+        max_abs = 1.01 * (np.abs(xs.astype(_F64)) + 0.0005 * nops * (nops + 1))
+        return 2.0 * nops * _EPS32 * max_abs + 2.0 * nops * _TINY32
+
+    return bound
+
+
+def _checked_sqrt_bound(args, expected):
+    return _EPS64 * np.abs(np.asarray(expected, dtype=_F64)) + _TINY64
+
+
+def _mandelbrot_valid(args, actual):
+    max_iter = max(int(args[6]), 0)
+    return (actual >= 0) & (actual <= max_iter)
+
+
+# ------------------------------------------------------------------------------------------------
+# The catalog
+# ------------------------------------------------------------------------------------------------
+
+
+def _fut(library: str, entry: str, fields: Mapping[str, str] | None = None) -> LibrarySource:
+    return LibrarySource("futhark", library, entry, fields)
+
+
+def _probe(entry: str, fields: Mapping[str, str] | None = None) -> LibrarySource:
+    return LibrarySource("fixture", "probe", entry, fields)
+
+
+def _build_catalog() -> dict[str, Example]:
+    ex: list[Example] = []
+
+    # saxpy: the reference rounds a*x+y once (from an exact f64 product); f32 code rounds a*x and
+    # the sum (or once, with FMA): |err| <= u|ax| + 2u|ax+y| <= eps(|ax| + |y|).  Bound: twice that,
+    # plus a couple of smallest normals in case subnormals are flushed to zero (GPU).
+    ex.append(Example(
+        name="saxpy", summary="a*x + y elementwise (f32)",
+        sources=(_fut("saxpy", "saxpy"), _probe("saxpy")), cuda_op="saxpy",
+        reference=_saxpy_ref, make_inputs=_saxpy_inputs, arg_names=("a", "xs", "ys"),
+        tolerance=ElementwiseBound(_saxpy_bound, "per element 2*eps32*(|a*x| + |y|)"),
+        default_size=1 << 20, tags=frozenset({"demo", "probe"}),
+    ))
+
+    # sum / dot: any summation order (sequential in the c backend, trees on multicore and GPU) of n
+    # terms errs by at most (n-1)*u*sum|terms| (u = eps/2); the f32 products add u*|x*y| each.
+    # Bound (n+2)*eps*sum|x*y| covers that, the reference's final rounding and FMA contraction.
+    # It is the worst case and loose for large n; tests add exact integer-valued inputs.
+    ex.append(Example(
+        name="sum", summary="sum of an f32 vector",
+        sources=(_fut("dot", "sum"), _probe("sum")), cuda_op="sum",
+        reference=_sum_ref, make_inputs=_sum_inputs, arg_names=("xs",),
+        tolerance=ElementwiseBound(_sum_bound, "|err| <= (n+2)*eps32*sum|x|"),
+        default_size=1 << 20, tags=frozenset({"demo", "probe"}),
+    ))
+    ex.append(Example(
+        name="dot", summary="dot product of two f32 vectors",
+        sources=(_fut("dot", "dot"),), cuda_op=None,
+        reference=_dot_ref, make_inputs=_dot_inputs, arg_names=("xs", "ys"),
+        tolerance=ElementwiseBound(_dot_bound, "|err| <= (n+2)*eps32*sum|x*y|"),
+        default_size=1 << 20, tags=frozenset({"demo"}),
+    ))
+    # dot_f64: same argument in f64; the reference is fsum of f64-rounded products (error <=
+    # u*sum|x*y| + u*|result|), inside the same (n+2)*eps64 bound.
+    ex.append(Example(
+        name="dot_f64", summary="dot product of two f64 vectors",
+        sources=(_fut("dot", "dot_f64"),), cuda_op=None,
+        reference=_dot_f64_ref, make_inputs=_dot_f64_inputs, arg_names=("xs", "ys"),
+        tolerance=ElementwiseBound(_dot_f64_bound, "|err| <= (n+2)*eps64*sum|x*y|"),
+        default_size=1 << 20,
+    ))
+
+    # stats: sum as for "sum" in f64; mean = sum/n; the two-pass variance's error is second order
+    # in the mean's error plus (n+3)u relative from squaring and summing (doubled); std from the
+    # variance's bound through |sqrt a - sqrt b| <= min(sqrt|a-b|, |a-b|/sqrt a).  The probe
+    # fixture's record has fields mean and sd (= std) only.
+    ex.append(Example(
+        name="stats", summary="sum, mean and population std of an f64 sample (one record)",
+        sources=(_fut("stats", "stats"), _probe("stats", {"mean": "mean", "std": "sd"})),
+        cuda_op=None, reference=_stats_ref, make_inputs=_stats_inputs, arg_names=("xs",),
+        tolerance=RecordBound(("sum", "mean", "std"), _stats_bounds,
+                              "sum: (n+1)*eps64*sum|x|; mean: that/n; std: propagated two-pass bound"),
+        default_size=1 << 20, tags=frozenset({"demo", "probe"}),
+    ))
+
+    # prefix_sum: prefix i is a sum of i+1 terms, in whatever order the scan uses:
+    # |err_i| <= (i+2)*eps32*sum_{j<=i}|x_j| (the sum bound, per prefix).
+    ex.append(Example(
+        name="prefix_sum", summary="inclusive prefix sum (f32)",
+        sources=(_fut("scan", "prefix_sum"),), cuda_op="scan",
+        reference=_prefix_sum_ref, make_inputs=_prefix_sum_inputs, arg_names=("xs",),
+        tolerance=ElementwiseBound(_prefix_sum_bound, "per prefix i: (i+2)*eps32*sum_{j<=i}|x_j|"),
+        default_size=1 << 20, tags=frozenset({"demo"}),
+    ))
+    # Integer results are exact (two's-complement wrap-around on both sides).
+    ex.append(Example(
+        name="prefix_sum_i64", summary="inclusive prefix sum (i64, wrapping)",
+        sources=(_fut("scan", "prefix_sum_i64"),), cuda_op=None,
+        reference=_prefix_sum_i64_ref, make_inputs=_prefix_sum_i64_inputs, arg_names=("xs",),
+        tolerance=Exact(), default_size=1 << 20,
+    ))
+
+    # matmul: c[i,k] is a k-term dot product (k = inner dimension): the dot bound per element,
+    # (k+2)*eps32*sum_j|a_ij*b_jk|, whatever the blocking/tiling order and FMA use.
+    ex.append(Example(
+        name="matmul", summary="dense f32 matrix product (size ~ number of output elements)",
+        sources=(_fut("matmul", "matmul"),), cuda_op="matmul",
+        reference=_matmul_ref, make_inputs=_matmul_inputs, arg_names=("a", "b"),
+        tolerance=ElementwiseBound(_matmul_bound, "per element (k+2)*eps32*sum_j|a_ij*b_jk|"),
+        default_size=256 * 256, tags=frozenset({"demo"}),
+    ))
+
+    # histogram: integer counts, exact.
+    ex.append(Example(
+        name="histogram", summary="counts of i32 values in [0, nbins), others ignored",
+        sources=(_fut("histogram", "histogram"),), cuda_op="histogram",
+        reference=_histogram_ref, make_inputs=_histogram_inputs, arg_names=("nbins", "xs"),
+        tolerance=Exact(), default_size=1 << 20, tags=frozenset({"demo"}),
+    ))
+
+    # mandelbrot: the iteration is chaotic near the set's boundary, so a single rounding
+    # difference -- FMA contraction of zr*zr - zi*zi + cr, 2*zr*zi + ci or x0 + j*dx (nvcc/NVRTC
+    # contract by default; GCC does on targets with FMA) -- can move a boundary pixel's escape
+    # count by any amount, while pixels away from the boundary agree exactly.  Emulating FMA in
+    # NumPy on the full view changed 0.1-0.25% of the pixels (up to ~0.5% on small random
+    # windows, 1 pixel at most on 200 windows of <= 32x32); deep zooms into the boundary change
+    # several percent and need a looser rule.  Allowed: max(2, 1% of the pixels) mismatches of any
+    # size, and every count must lie in [0, max_iter].
+    ex.append(Example(
+        name="mandelbrot", summary="Mandelbrot escape counts of an h-by-w image (size ~ w*h)",
+        sources=(_fut("mandelbrot", "mandelbrot"),), cuda_op="mandelbrot",
+        reference=mandelbrot_reference, make_inputs=_mandelbrot_inputs,
+        arg_names=("w", "h", "x0", "y0", "dx", "dy", "max_iter"),
+        tolerance=MismatchFraction(
+            0.01, 2, "at most max(2, 1% of pixels) differ (by any amount); all in [0, max_iter]",
+            valid=_mandelbrot_valid),
+        default_size=512 * 512, tags=frozenset({"demo"}),
+    ))
+
+    # chainN: the reference repeats the same f32 operations step by step, so c/multicore match it
+    # exactly; FMA contraction (GPU) rounds once instead of twice per step, an error of at most
+    # 2u*max|y| per step, carried forward with factor 1.0001 per step: bound 2*N*eps32*max|y|.
+    for n in CHAIN_LENGTHS:
+        sources = [_fut("chain", f"chain{n}")]
+        if n in PROBE_CHAIN_LENGTHS:
+            sources.append(_probe(f"chain{n}"))
+        tags = {"chain"}
+        if n in PROBE_CHAIN_LENGTHS:
+            tags.add("probe")
+        if n in (1, 30):
+            tags.add("demo")
+        ex.append(Example(
+            name=f"chain{n}", summary=f"{n} chained elementwise f32 ops (fusion benchmark)",
+            sources=tuple(sources), cuda_op="chain",
+            reference=(lambda xs, _n=n: chain_reference(xs, _n)),
+            make_inputs=_chain_inputs, arg_names=("xs",),
+            tolerance=ElementwiseBound(_chain_bound(n), f"per element 2*{n}*eps32*max_k|y_k|"),
+            default_size=1 << 20, params=MappingProxyType({"nops": n}), tags=frozenset(tags),
+        ))
+
+    # index_at: a copy of an element, exact; a bad index must fail Futhark's bounds check.
+    ex.append(Example(
+        name="index_at", summary="xs[i], failing the bounds check on a bad index",
+        sources=(_fut("bounds", "index_at"), _probe("index_at")), cuda_op=None,
+        reference=_index_at_ref, make_inputs=_index_at_inputs, arg_names=("xs", "i"),
+        tolerance=Exact(), default_size=1024,
+        make_bad_inputs=_index_at_bad_inputs, error_substring="out of bounds",
+        tags=frozenset({"demo", "probe", "error"}),
+    ))
+    # checked_sqrt: IEEE sqrt is correctly rounded (C's sqrt, CUDA's f64 sqrt); allow 1 ulp anyway.
+    ex.append(Example(
+        name="checked_sqrt", summary="sqrt of x >= 0, failing an assertion otherwise",
+        sources=(_fut("bounds", "checked_sqrt"),), cuda_op=None,
+        reference=_checked_sqrt_ref, make_inputs=_checked_sqrt_inputs, arg_names=("x",),
+        tolerance=ElementwiseBound(_checked_sqrt_bound, "1 ulp (eps64*|sqrt x|)"), default_size=1,
+        make_bad_inputs=_checked_sqrt_bad_inputs, error_substring="Assertion is false",
+        tags=frozenset({"error"}),
+    ))
+
+    # Probe-only entries (fixtures): integer, bool and exactly representable results, exact.
+    ex.append(Example(
+        name="trivial", summary="x + 1 on an i32 (call overhead)",
+        sources=(_probe("trivial"),), cuda_op=None,
+        reference=_trivial_ref, make_inputs=_trivial_inputs, arg_names=("x",),
+        tolerance=Exact(), default_size=1, tags=frozenset({"probe"}),
+    ))
+    ex.append(Example(
+        name="bump", summary="xs with xs[0] + 1 (consumes its argument)",
+        sources=(_probe("bump"),), cuda_op=None,
+        reference=_bump_ref, make_inputs=_bump_inputs, arg_names=("xs",),
+        tolerance=Exact(), default_size=1024, tags=frozenset({"probe"}),
+    ))
+    # x*2 and z+z are exact in binary floating point (or overflow the same way); !y is exact.
+    ex.append(Example(
+        name="pair", summary="(x*2, !y, z+z) for an f32, a bool and an f16 (several results)",
+        sources=(_probe("pair"),), cuda_op=None,
+        reference=_pair_ref, make_inputs=_pair_inputs, arg_names=("x", "y", "z"),
+        tolerance=TupleOf((Exact(), Exact(), Exact())), default_size=1, tags=frozenset({"probe"}),
+    ))
+
+    catalog = {e.name: e for e in ex}
+    if len(catalog) != len(ex):
+        raise RuntimeError("duplicate example names")
+    for e in ex:
+        if e.cuda_op is not None and e.cuda_op not in CUDA_OPS:
+            raise RuntimeError(f"{e.name}: unknown CUDA op {e.cuda_op!r}")
+    return catalog
+
+
+#: All examples by name, in catalog order.
+EXAMPLES: Mapping[str, Example] = MappingProxyType(_build_catalog())
+
+#: The examples ``pybridge demo`` shows, in order.
+DEMO_EXAMPLES: tuple[str, ...] = tuple(n for n, e in EXAMPLES.items() if "demo" in e.tags)
+
+
+def get(name: str) -> Example:
+    try:
+        return EXAMPLES[name]
+    except KeyError:
+        raise KeyError(f"no example {name!r}; known: {', '.join(EXAMPLES)}") from None
+
+
+def names(tag: str | None = None) -> list[str]:
+    """Example names, all or those with ``tag`` ("demo", "probe", "chain", "error")."""
+    return [n for n, e in EXAMPLES.items() if tag is None or tag in e.tags]
+
+
+def by_cuda_op(op: str) -> list[Example]:
+    """The examples the CUDA catalog operation ``op`` implements (chain: one per length)."""
+    return [e for e in EXAMPLES.values() if e.cuda_op == op]
+
+
+def find_library(
+    example: Example | str,
+    backend: str = "c",
+    kinds: Iterable[str] = ("futhark", "fixture"),
+) -> tuple[LibrarySource, Path] | None:
+    """The first of the example's sources (of the given kinds) whose library has been built for
+    ``backend``, with the path of its ``lib*.so``; None if none is built."""
+    from pybridge import paths  # only the build-directory lookup; no Futhark or CUDA imports
+
+    ex = get(example) if isinstance(example, str) else example
+    kinds = tuple(kinds)
+    for src in ex.sources:
+        if src.kind not in kinds:
+            continue
+        p = paths.find_build_file(src.library_relpath(backend))
+        if p is not None:
+            return src, p
+    return None
