@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .manifest import EntryPoint as EntryInfo
 from .types import PRIMITIVES, scalar_converter
+from .errors import InvalidHandleError
 from .values import Value, prim_from_c
 
 if TYPE_CHECKING:
@@ -48,6 +49,10 @@ class EntryPoint:
         self._fast_out = all(p is not None for p in out_prims)
         self._out_ctypes = [f"{p.ctype} *" for p in out_prims if p is not None]
         self._out_prims = out_prims
+        self._plain_out = len(out_prims) == 1 and out_prims[0] is not None and out_prims[0].name != "f16"
+        self._state = library.context._state
+        self._sync = library.lib.futhark_context_sync
+        self._new = library.ffi.new
         params = [
             inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_annotation(p.type, p.unique))
             for p in info.inputs
@@ -80,17 +85,22 @@ class EntryPoint:
         return self._call_general(self._bind(args, kwargs))
 
     def _call_scalars(self, args: tuple[Any, ...]) -> Any:
-        """Scalars in, scalars out: no temporaries, no handles."""
-        ctx = self.library.context
-        new = self.library.ffi.new
+        """Scalars in, scalars out: no temporaries, no handles. The sync is required: the C API
+        forbids reading a scalar result before one (futhark-ffi skips it, which is wrong on GPUs)."""
+        state = self._state
+        if not state.open:
+            raise InvalidHandleError("the Futhark context is closed")
+        ctx = state.ctx
         c_args = [conv(v) for conv, v in zip(self._convs, args)]
-        cells = [new(t) for t in self._out_ctypes]
-        rc = self._fn(ctx.ptr, *cells, *c_args)
+        cells = [self._new(t) for t in self._out_ctypes]
+        rc = self._fn(ctx, *cells, *c_args)
         if rc != 0:
-            raise ctx.error(rc, self.entry.cfun)
-        ctx.sync()
+            raise self.library.context.error(rc, self.entry.cfun)
+        rc = self._sync(ctx)
+        if rc != 0:
+            raise self.library.context.error(rc, "futhark_context_sync")
         if len(cells) == 1:
-            return prim_from_c(self._out_prims[0], cells[0][0])  # type: ignore[arg-type]
+            return self._out_prims[0].scalar_type(cells[0][0]) if self._plain_out else prim_from_c(self._out_prims[0], cells[0][0])  # type: ignore[union-attr,arg-type]
         return tuple(prim_from_c(p, c[0]) for p, c in zip(self._out_prims, cells))  # type: ignore[arg-type]
 
     def _call_general(self, values: tuple[Any, ...]) -> Any:
