@@ -304,3 +304,41 @@ def test_manifest_is_the_compilers(probe_lib):
     assert m.entry_points["bump"].inputs[0].unique
     assert "trivial" in probe_lib.entry_points
     assert probe_lib.trivial(41) == 42
+
+
+# ---------------------------------------------------------------- configuration
+
+
+def test_config_options_reach_the_library(probe_lib):
+    path = probe_lib.path
+    with pf.load(path, debugging=False, logging=False, profiling=True) as lib:
+        lib.saxpy(1.0, np.ones(4, np.float32), np.ones(4, np.float32)).free()
+        lib.context.pause_profiling()
+        lib.context.unpause_profiling()
+        lib.clear_caches()
+        report = lib.report()
+        assert "memory" in report and isinstance(report.get("events", []), list)
+    if probe_lib.backend == "multicore":
+        with pf.load(path, num_threads=2) as lib:
+            assert lib.trivial(1) == 2
+    elif probe_lib.backend == "c":
+        with pytest.raises(TypeError, match="num_threads.*not supported by the c backend"):
+            pf.load(path, num_threads=2)
+
+
+def test_cache_file_option(probe_lib, tmp_path):
+    with pf.load(probe_lib.path, cache_file=str(tmp_path / "futhark.cache")) as lib:
+        assert lib.trivial(0) == 1
+
+
+def test_new_raw_wraps_host_memory_without_copy(probe_lib):
+    if probe_lib.backend not in ("c", "multicore"):
+        pytest.skip("host new_raw is for the CPU backends; cuda uses device pointers (tests/gpu)")
+    data = np.arange(6, dtype=np.float32)
+    h = probe_lib.types["[]f32"].new_raw(data.ctypes.data, data.shape, owner=data)
+    assert h.data_pointer() == data.ctypes.data
+    assert probe_lib.sum(h) == np.float32(15)
+    data[:] = 1  # the array is a view of our memory
+    assert probe_lib.sum(h) == np.float32(6)
+    with pytest.raises(ValueError, match="shape"):
+        probe_lib.types["[]f32"].new_raw(data.ctypes.data, (2, 3))
