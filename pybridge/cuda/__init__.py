@@ -1,0 +1,69 @@
+"""pybridge.cuda: hand-written CUDA C kernels called from Python, checked and zero-copy.
+
+    from pybridge import cuda
+    mod = cuda.load_module("saxpy")                        # build/cuda/saxpy.cubin (PTX fallback)
+    k = mod.kernel("saxpy(float a, const float* x[n], const float* y[n], float* out[n], int64 n)")
+    k(2.0, x, y, out, n, grid=cuda.grid_for(n, 256), block=256, stream=s)
+    cuda.launch(s, cuda.LaunchConfig(grid=..., block=...), k, *args)
+    cuda.to_device(np_array); cuda.as_device_array(cupy_or_torch_or_numba_array)
+    cuda.load_launchers("saxpy").launch_saxpy(2.0, x, y, out, n, stream=s)
+
+Layers: signature (declarations) -> module (cubin/PTX via PyCUDA) -> kernel (checked, prepared
+launches) -> launch (configurations). arrays/streams handle memory and ordering, context says which
+CUDA context owns what, catalog has our own kernels as whole operations.
+
+PyCUDA is optional at import time: ``import pybridge.cuda`` works without it (signatures, argument
+checks, errors and launch configurations are pure Python); whatever needs the GPU raises an
+ImportError saying ``pip install 'pybridge[cuda]'``.
+"""
+
+from __future__ import annotations
+
+from . import catalog
+from .arrays import DeviceArray, as_device_array, empty, from_cai, from_dlpack, to_device, zeros
+from .context import PYCUDA_HINT, after_futhark, before_futhark, device_count, ensure_context, have_pycuda
+from .errors import CudaError, LaunchError, StickyCudaError
+from .kernel import BoundArgs, Kernel, bind_args
+from .launch import LaunchConfig, grid_2d, grid_for, launch
+from .launchers import Launchers, load_launchers
+from .module import Module, load_module
+from .signature import KernelSignature, Param, SignatureError, parse_signature
+from .streams import Event, Stream, as_stream
+
+__all__ = [
+    "PYCUDA_HINT",
+    "BoundArgs",
+    "CudaError",
+    "DeviceArray",
+    "Event",
+    "Kernel",
+    "KernelSignature",
+    "LaunchConfig",
+    "LaunchError",
+    "Launchers",
+    "Module",
+    "Param",
+    "SignatureError",
+    "StickyCudaError",
+    "Stream",
+    "after_futhark",
+    "as_device_array",
+    "as_stream",
+    "before_futhark",
+    "bind_args",
+    "catalog",
+    "device_count",
+    "empty",
+    "ensure_context",
+    "from_cai",
+    "from_dlpack",
+    "grid_2d",
+    "grid_for",
+    "have_pycuda",
+    "launch",
+    "load_launchers",
+    "load_module",
+    "parse_signature",
+    "to_device",
+    "zeros",
+]

@@ -1,0 +1,354 @@
+"""Device arrays: our own (PyCUDA GPUArray underneath) and anyone else's, zero-copy.
+
+:class:`DeviceArray` is what pybridge.cuda hands out. Its native handle is a PyCUDA ``GPUArray``
+(``.gpuarray``), and it speaks both exchange protocols:
+
+* ``__cuda_array_interface__`` v3, whose ``stream`` field names the stream that may still be
+  writing it (the stream of the last launch that used it), so consumers can wait for that work;
+* ``__dlpack__`` / ``__dlpack_device__`` (legacy and versioned capsules), making the consumer's
+  stream wait for pending work as the protocol asks.
+
+:func:`as_device_array` takes any CAI or DLPack producer (CuPy, PyTorch, numba.cuda, a Futhark cuda
+handle, our own arrays) without copying: the result's ``ptr`` is the producer's pointer, and the
+producer stays alive as long as the result does. A producer stream (CAI ``stream``) is honoured by
+making our stream wait on it (an event, not a host synchronisation). NumPy arrays are refused with
+a TypeError that points at :func:`to_device`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import protocols as interop
+from .protocols import KDLCUDA, KDLCUDAMANAGED, ArrayInfo
+from . import _driver
+from .context import ensure_context, pycuda_driver
+from .errors import pycuda_errors
+from .streams import Stream, as_stream
+
+__all__ = [
+    "DeviceArray",
+    "as_device_array",
+    "empty",
+    "from_cai",
+    "from_dlpack",
+    "to_device",
+    "zeros",
+]
+
+
+def _gpuarray_module() -> Any:
+    pycuda_driver()  # the ImportError with the install hint
+    import pycuda.gpuarray as gpuarray
+
+    return gpuarray
+
+
+class DeviceArray:
+    """An array in device memory. Build one with :func:`to_device`, :func:`empty`, :func:`zeros`
+    or :func:`as_device_array`, not directly."""
+
+    __slots__ = ("_info", "_gpu", "_owner", "_pending", "__weakref__")
+
+    def __init__(self, info: ArrayInfo, *, gpu: Any = None, owner: Any = None, pending: Stream | None = None) -> None:
+        self._info = ArrayInfo(
+            ptr=info.ptr,
+            shape=info.shape,
+            strides=info.strides,
+            dtype=info.dtype,
+            readonly=info.readonly,
+            stream=None,
+            device_type=info.device_type,
+            device_id=info.device_id,
+        )
+        self._gpu = gpu
+        self._owner = owner
+        self._pending = pending
+
+    # -- description
+    @property
+    def info(self) -> ArrayInfo:
+        """The array's description, with the pending stream as its CAI stream value."""
+        s = self._pending
+        return ArrayInfo(
+            self._info.ptr, self._info.shape, self._info.strides, self._info.dtype, self._info.readonly,
+            s.cai_stream if s is not None else None, self._info.device_type, self._info.device_id,
+        )
+
+    @property
+    def ptr(self) -> int:
+        return self._info.ptr
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._info.shape
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return self._info.strides
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._info.dtype
+
+    @property
+    def size(self) -> int:
+        return self._info.size
+
+    @property
+    def nbytes(self) -> int:
+        return self._info.nbytes
+
+    @property
+    def ndim(self) -> int:
+        return len(self._info.shape)
+
+    @property
+    def readonly(self) -> bool:
+        return self._info.readonly
+
+    @property
+    def c_contiguous(self) -> bool:
+        return self._info.c_contiguous
+
+    @property
+    def owner(self) -> Any:
+        """The object that owns the memory (the producer for imported arrays), or None."""
+        return self._owner
+
+    @property
+    def stream(self) -> Stream | None:
+        """The stream that may still have work on this array (None: nothing pending)."""
+        return self._pending
+
+    def _set_pending(self, stream: Stream | None) -> None:
+        self._pending = stream
+
+    def __len__(self) -> int:
+        if not self._info.shape:
+            raise TypeError("len() of a 0-d array")
+        return self._info.shape[0]
+
+    def __repr__(self) -> str:
+        return (
+            f"DeviceArray(shape={self.shape}, dtype={self.dtype}, ptr=0x{self.ptr:x}"
+            f"{', readonly' if self.readonly else ''})"
+        )
+
+    # -- PyCUDA handle
+    @property
+    def gpuarray(self) -> Any:
+        """The PyCUDA GPUArray (a view for imported memory, keeping this array alive)."""
+        if self._gpu is None:
+            gpuarray = _gpuarray_module()
+            self._gpu = gpuarray.GPUArray(
+                self.shape, self.dtype, gpudata=self.ptr, strides=self.strides, base=self
+            )
+        return self._gpu
+
+    # -- to the host
+    def get(self, stream: Any = None) -> np.ndarray:
+        """Copy to a new NumPy array, after the pending work (or ``stream``'s) has finished."""
+        ensure_context()
+        for s in (self._pending, as_stream(stream) if stream is not None else None):
+            if s is not None:
+                s.synchronize()
+        with pycuda_errors(operation="copy to host"):
+            out = self.gpuarray.get()
+        return np.asarray(out)
+
+    def numpy(self) -> np.ndarray:
+        return self.get()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("a DeviceArray cannot be viewed as a NumPy array without a copy")
+        out = self.get()
+        return out.astype(dtype, copy=False) if dtype is not None else out
+
+    def copy(self, stream: Any = None) -> DeviceArray:
+        """A new contiguous device array with the same contents (device-to-device copy)."""
+        if not self.c_contiguous:
+            raise ValueError("copy() of a non-contiguous device array is not supported")
+        s = as_stream(stream)
+        out = empty(self.shape, self.dtype)
+        if self._pending is not None:
+            s.wait(self._pending)
+        if self.nbytes:
+            drv = pycuda_driver()
+            with pycuda_errors(operation="device-to-device copy"):
+                if s.pycuda is not None:
+                    drv.memcpy_dtod_async(out.ptr, self.ptr, self.nbytes, s.pycuda)
+                else:
+                    if s.is_external:
+                        s.synchronize()
+                    drv.memcpy_dtod(out.ptr, self.ptr, self.nbytes)
+        out._pending = s if s.pycuda is not None else None
+        return out
+
+    # -- exchange protocols
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        s = self._pending
+        return interop.make_cai(
+            self.ptr, self.shape, self.dtype, strides=self.strides, readonly=self.readonly,
+            stream=s.cai_stream if s is not None else None,
+        )
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (self._info.device_type, self._info.device_id)
+
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        if copy:
+            raise BufferError("DeviceArray.__dlpack__ does not copy (copy=True was asked)")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"DeviceArray lives on {self.__dlpack_device__()}, not {tuple(dl_device)}")
+        # stream: the consumer's stream (None means the legacy default stream, -1 no sync at all).
+        if stream == 0:
+            raise ValueError("DLPack stream 0 is ambiguous; use 1 (legacy) or 2 (per-thread default)")
+        if self._pending is not None and stream != -1:
+            consumer = 1 if stream is None else int(stream)
+            ensure_context()
+            _driver.stream_wait(consumer, self._pending.cai_stream, what="__dlpack__")
+        versioned = max_version is not None and tuple(max_version) >= (1, 0)
+        return interop.export_dlpack(
+            self.ptr, self.shape, self.dtype, strides=self.strides, device_type=self._info.device_type,
+            device_id=self._info.device_id, owner=self, versioned=versioned, readonly=self.readonly,
+        )
+
+
+# ------------------------------------------------------------------------------------ factories
+
+
+def _wrap_gpuarray(gpu: Any, pending: Stream | None = None) -> DeviceArray:
+    ptr = int(gpu.gpudata) if gpu.gpudata is not None else 0
+    info = ArrayInfo(ptr=ptr, shape=tuple(gpu.shape), strides=tuple(gpu.strides), dtype=np.dtype(gpu.dtype))
+    return DeviceArray(info, gpu=gpu, owner=gpu, pending=pending)
+
+
+def empty(shape: int | Sequence[int], dtype: Any = np.float32) -> DeviceArray:
+    """An uninitialised C-contiguous device array."""
+    ensure_context()
+    gpuarray = _gpuarray_module()
+    shape_t = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    with pycuda_errors(operation="allocation"):
+        return _wrap_gpuarray(gpuarray.empty(shape_t, np.dtype(dtype)))
+
+
+def zeros(shape: int | Sequence[int], dtype: Any = np.float32, stream: Any = None) -> DeviceArray:
+    """A zero-filled device array (filled on ``stream``, synchronously when None)."""
+    out = empty(shape, dtype)
+    if out.nbytes:
+        drv = pycuda_driver()
+        s = as_stream(stream)
+        with pycuda_errors(operation="memset"):
+            if s.pycuda is not None:
+                drv.memset_d8_async(out.ptr, 0, out.nbytes, s.pycuda)
+                out._set_pending(s)
+            else:
+                if s.is_external:
+                    s.synchronize()
+                drv.memset_d8(out.ptr, 0, out.nbytes)
+    return out
+
+
+def to_device(array: Any, stream: Any = None) -> DeviceArray:
+    """Copy a NumPy array (or anything np.asarray accepts) to a new C-contiguous device array."""
+    ensure_context()
+    host = np.ascontiguousarray(array)
+    if host.dtype.byteorder == ">":
+        host = host.astype(host.dtype.newbyteorder("="))
+    out = empty(host.shape, host.dtype)
+    if host.nbytes:
+        drv = pycuda_driver()
+        s = as_stream(stream)
+        with pycuda_errors(operation="copy to device"):
+            if s.pycuda is not None:
+                # Ordered on the stream; from pageable memory the call returns once the data is staged.
+                drv.memcpy_htod_async(out.ptr, host, s.pycuda)
+                out._set_pending(s)
+            else:
+                if s.is_external:
+                    s.synchronize()
+                drv.memcpy_htod(out.ptr, host)
+    return out
+
+
+def from_cai(obj: Any, stream: Any = None) -> DeviceArray:
+    """Wrap a ``__cuda_array_interface__`` producer without copying.
+
+    If the producer names a stream, ``stream`` (None = the legacy default stream) waits for it.
+    """
+    info = interop.cai_info(obj)
+    if info is None:
+        raise TypeError(f"{type(obj).__name__} has no __cuda_array_interface__")
+    pending: Stream | None = None
+    if info.stream is not None:
+        ensure_context()
+        target = as_stream(stream)
+        _driver.stream_wait(target.cai_stream, info.stream, what="__cuda_array_interface__ import")
+        pending = target
+    return DeviceArray(info, owner=obj, pending=pending)
+
+
+def from_dlpack(obj: Any, stream: Any = None) -> DeviceArray:
+    """Wrap a DLPack producer living on a CUDA device without copying.
+
+    ``stream`` (None = legacy default) is passed to ``__dlpack__`` so the producer orders its
+    pending work before it.
+    """
+    device = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else None
+    if device is not None and int(device[0]) not in (KDLCUDA, KDLCUDAMANAGED):
+        raise TypeError(
+            f"{type(obj).__name__} lives on DLPack device {tuple(device)}, not a CUDA device: "
+            "copy host data with pybridge.cuda.to_device()"
+        )
+    ensure_context()
+    target = as_stream(stream)
+    try:
+        capsule = obj.__dlpack__(stream=target.cai_stream, max_version=(1, 0))
+    except TypeError:  # a producer from before DLPack 1.0 (no max_version keyword)
+        capsule = obj.__dlpack__(stream=target.cai_stream)
+    info, keepalive = interop.import_dlpack(capsule, producer=obj)
+    if info.device_type not in (KDLCUDA, KDLCUDAMANAGED):
+        keepalive.release()
+        raise TypeError(f"{type(obj).__name__} exported a DLPack tensor on device type {info.device_type}, not CUDA")
+    return DeviceArray(info, owner=keepalive, pending=None if target.is_default else target)
+
+
+def as_device_array(obj: Any, *, stream: Any = None, prefer: str = "cai") -> DeviceArray:
+    """Any device array (ours, CAI or DLPack producer) as a DeviceArray, zero-copy.
+
+    ``prefer`` picks the protocol when the object speaks both ("cai" or "dlpack").
+    """
+    if isinstance(obj, DeviceArray):
+        if stream is not None and obj.stream is not None:
+            as_stream(stream).wait(obj.stream)
+        return obj
+    if isinstance(obj, np.ndarray):
+        raise TypeError(
+            "a NumPy array lives in host memory; copy it to the GPU with pybridge.cuda.to_device(array)"
+        )
+    if prefer not in ("cai", "dlpack"):
+        raise ValueError("prefer must be 'cai' or 'dlpack'")
+    has_cai = hasattr(obj, "__cuda_array_interface__")
+    has_dlpack = hasattr(obj, "__dlpack__")
+    order = ["cai", "dlpack"] if prefer == "cai" else ["dlpack", "cai"]
+    for proto in order:
+        if proto == "cai" and has_cai:
+            return from_cai(obj, stream)
+        if proto == "dlpack" and has_dlpack:
+            return from_dlpack(obj, stream)
+    raise TypeError(
+        f"{type(obj).__name__} is not a device array (it has neither __cuda_array_interface__ nor __dlpack__)"
+    )

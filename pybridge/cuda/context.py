@@ -1,0 +1,190 @@
+"""Which CUDA context owns what, and how work is ordered across contexts.
+
+**The primary context (shared).** pybridge.cuda works in the device's *primary* context, the one
+the CUDA runtime uses: :func:`ensure_context` retains it through PyCUDA
+(``pycuda.driver.Device(n).retain_primary_context()``) and pushes it on the calling thread. CuPy,
+PyTorch, numba.cuda and our cudart host launchers (``build/cuda/lib<mod>.so``) all use that same
+context, so within it:
+
+* device pointers from any of them are valid in all of them (zero-copy through CAI / DLPack);
+* ordering is by streams: a CAI ``stream`` field or a DLPack consumer stream is honoured with an
+  event (:func:`pybridge.cuda._driver.stream_wait`), never by a device-wide synchronisation;
+* memory is freed by whoever allocated it; imported arrays keep their producer alive.
+
+Do not use ``pycuda.autoinit``: it creates a *separate* non-primary context whose memory the other
+libraries cannot use. ``pycuda.autoprimaryctx`` is compatible with us.
+
+**Futhark's context (separate).** The Futhark cuda backend creates its own context with
+``cuCtxCreate`` when ``futhark_context_new`` runs, and launches its kernels there. Two contexts on
+one device share the unified virtual address space (so a pointer names one place, and copies
+between them work), but a kernel in one context is not guaranteed to be allowed to dereference
+memory allocated in the other. The rules pybridge follows at that boundary:
+
+* ordering: contexts share no streams, so the boundary is a synchronisation. A Futhark handle syncs
+  its context before it gives out its pointer (its CAI has ``stream: None``);
+  :func:`before_futhark` syncs our stream(s) before our outputs go into a Futhark entry point, and
+  :func:`after_futhark` syncs a Futhark context before we read its outputs;
+* access: :func:`same_context` tells whether a pointer belongs to the current (primary) context;
+  when it does not, copy it (``DeviceArray.copy()`` through the unified address space) before a
+  kernel of ours reads it many times, or run the consumer in the owner's context.
+
+PyCUDA is optional: importing this module works without it, and the functions that need it raise
+an ImportError that says how to install it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .streams import Stream
+
+__all__ = [
+    "PYCUDA_HINT",
+    "after_futhark",
+    "before_futhark",
+    "compute_capability",
+    "device_count",
+    "ensure_context",
+    "have_pycuda",
+    "pycuda_driver",
+    "same_context",
+]
+
+PYCUDA_HINT = (
+    "pybridge.cuda needs PyCUDA (and an NVIDIA GPU with its driver) for this: "
+    "pip install 'pybridge[cuda]'  (or: pip install pycuda)"
+)
+
+_state_lock = threading.Lock()
+_primary: dict[int, Any] = {}  # device ordinal -> retained primary context (PyCUDA Context)
+_tls = threading.local()  # which devices' contexts this thread has pushed
+_initialised = False
+
+
+def pycuda_driver() -> Any:
+    """``pycuda.driver``, or an ImportError that says how to get it."""
+    try:
+        import pycuda.driver as drv
+    except ImportError as e:
+        raise ImportError(f"{PYCUDA_HINT} [{e}]") from e
+    return drv
+
+
+def have_pycuda() -> bool:
+    try:
+        pycuda_driver()
+    except ImportError:
+        return False
+    return True
+
+
+def _init() -> Any:
+    global _initialised
+    drv = pycuda_driver()
+    if not _initialised:
+        drv.init()
+        _initialised = True
+    return drv
+
+
+def device_count() -> int:
+    """Number of CUDA devices; 0 when PyCUDA or the driver is missing."""
+    try:
+        drv = _init()
+        return int(drv.Device.count())
+    except Exception:  # noqa: BLE001 - any failure means "no usable GPU"
+        return 0
+
+
+def ensure_context(device: int = 0) -> Any:
+    """Make the primary context of ``device`` current on this thread (once per thread); return it."""
+    pushed: set[int] = getattr(_tls, "pushed", set())
+    ctx = _primary.get(device)
+    if ctx is not None and device in pushed:
+        return ctx
+    drv = _init()
+    with _state_lock:
+        ctx = _primary.get(device)
+        if ctx is None:
+            ctx = drv.Device(device).retain_primary_context()
+            _primary[device] = ctx
+    ctx.push()
+    pushed.add(device)
+    _tls.pushed = pushed
+    if threading.current_thread() is threading.main_thread() and not getattr(_tls, "atexit", False):
+        atexit.register(_pop_at_exit, pushed)  # atexit runs on the main thread: pop only its pushes
+        _tls.atexit = True
+    return ctx
+
+
+def _pop_at_exit(pushed: set[int]) -> None:
+    # Mirrors pycuda.autoprimaryctx: leave the context stack as we found it, then let PyCUDA drop
+    # its caches. Failures (a context killed by a sticky error) do not matter at exit.
+    try:
+        drv = pycuda_driver()
+        for _ in list(pushed):
+            drv.Context.pop()
+        pushed.clear()
+        from pycuda.tools import clear_context_caches
+
+        clear_context_caches()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def compute_capability(device: int = 0) -> tuple[int, int]:
+    drv = _init()
+    major, minor = drv.Device(device).compute_capability()
+    return int(major), int(minor)
+
+
+def same_context(ptr: int) -> bool | None:
+    """Whether device pointer ``ptr`` was allocated in this thread's current context.
+
+    None when CUDA does not know the pointer (host memory, or a stale pointer).
+    """
+    from . import _driver
+
+    owner = _driver.pointer_context(ptr)
+    if owner is None:
+        return None
+    return owner == _driver.current_context()
+
+
+def before_futhark(*streams: Stream | None) -> None:
+    """Call before our outputs go into a Futhark entry point: wait for our streams to finish.
+
+    With no argument, waits for the whole primary context (every stream in it).
+    """
+    if not streams:
+        ensure_context()
+        pycuda_driver().Context.synchronize()
+        return
+    from .streams import as_stream
+
+    for s in streams:
+        as_stream(s).synchronize()
+
+
+def after_futhark(futhark_object: Any) -> None:
+    """Call before reading a Futhark output with our kernels: sync the Futhark context that made it.
+
+    Accepts anything with a ``sync()`` method (a pybridge.futhark library or context) or with a
+    ``context`` attribute that has one (a handle).
+    """
+    target = futhark_object
+    for _ in range(3):
+        sync = getattr(target, "sync", None)
+        if callable(sync):
+            sync()
+            return
+        target = getattr(target, "context", None)
+        if target is None:
+            break
+    raise TypeError(
+        f"after_futhark needs a Futhark library, context or handle (something with sync()), "
+        f"got {type(futhark_object).__name__}"
+    )

@@ -1,0 +1,114 @@
+"""Launch configurations and the cuda.core-style ``launch(stream, config, kernel, *args)``.
+
+    cfg = LaunchConfig(grid=grid_for(n, 256), block=256)
+    launch(stream, cfg, kernel, 2.0, x, y, out, n)
+
+:class:`LaunchConfig` normalises ints to 3-tuples and rejects what no NVIDIA GPU accepts (zero or
+negative sizes, more than 1024 threads per block, grid.y or grid.z above 65535) with a
+:class:`~pybridge.cuda.errors.LaunchError` before CUDA sees it. Pure Python: testable without CUDA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
+
+from .errors import LaunchError
+
+if TYPE_CHECKING:
+    from .kernel import Kernel
+
+__all__ = ["Dim3", "LaunchConfig", "grid_for", "grid_2d", "launch"]
+
+Dim3 = Union[int, Sequence[int]]
+
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+# Dynamic shared memory beyond 48 KiB needs a per-kernel opt-in; Hopper allows up to 227 KiB.
+DEFAULT_MAX_SHARED = 48 * 1024
+
+
+def _dim3(value: Dim3, what: str) -> tuple[int, int, int]:
+    if isinstance(value, (bool, str, bytes)):
+        raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints, not {type(value).__name__}")
+    if isinstance(value, int) or hasattr(value, "__index__"):
+        dims = [int(value)]
+    else:
+        try:
+            dims = [int(v) for v in value]
+        except (TypeError, ValueError):
+            raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints, got {value!r}") from None
+    if not 1 <= len(dims) <= 3:
+        raise LaunchError(f"{what} must have 1 to 3 dimensions, got {value!r}")
+    dims += [1] * (3 - len(dims))
+    return dims[0], dims[1], dims[2]
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Grid and block sizes (1 to 3 dimensions) and dynamic shared memory in bytes."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int = 0
+
+    def __init__(self, grid: Dim3, block: Dim3, shared_mem: int = 0) -> None:
+        g = _dim3(grid, "grid")
+        b = _dim3(block, "block")
+        for axis, (v, hi) in enumerate(zip(g, MAX_GRID)):
+            if v < 1:
+                raise LaunchError(f"grid dimension {'xyz'[axis]} is {v}; every dimension must be at least 1 "
+                                  "(for empty inputs, skip the launch or use grid_for, which never returns 0)")
+            if v > hi:
+                raise LaunchError(f"grid dimension {'xyz'[axis]} is {v}, above the limit {hi}")
+        for axis, (v, hi) in enumerate(zip(b, MAX_BLOCK)):
+            if v < 1:
+                raise LaunchError(f"block dimension {'xyz'[axis]} is {v}; every dimension must be at least 1")
+            if v > hi:
+                raise LaunchError(f"block dimension {'xyz'[axis]} is {v}, above the limit {hi}")
+        threads = b[0] * b[1] * b[2]
+        if threads > MAX_THREADS_PER_BLOCK:
+            raise LaunchError(f"block {b} has {threads} threads, above the limit {MAX_THREADS_PER_BLOCK}")
+        if isinstance(shared_mem, bool) or int(shared_mem) < 0:
+            raise LaunchError(f"shared_mem must be a non-negative number of bytes, got {shared_mem!r}")
+        object.__setattr__(self, "grid", g)
+        object.__setattr__(self, "block", b)
+        object.__setattr__(self, "shared_mem", int(shared_mem))
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def total_threads(self) -> int:
+        return self.threads_per_block * self.grid[0] * self.grid[1] * self.grid[2]
+
+
+def grid_for(n: int, block: Dim3 = 256, *, max_blocks: int | None = None) -> int:
+    """Blocks of ``block`` threads covering ``n`` items, at least 1 (a 0-block launch is an error;
+    kernels bound-check, so one block with nothing to do is fine), at most ``max_blocks``
+    (for grid-stride loops)."""
+    n = int(n)
+    if n < 0:
+        raise ValueError(f"grid_for: n must be >= 0, got {n}")
+    b = _dim3(block, "block")
+    per_block = b[0] * b[1] * b[2]
+    blocks = max(1, -(-n // per_block))
+    if max_blocks is not None:
+        blocks = min(blocks, max(1, int(max_blocks)))
+    return blocks
+
+
+def grid_2d(width: int, height: int, block: tuple[int, int] = (16, 16)) -> tuple[int, int]:
+    """Blocks covering a width x height image with 2-D blocks (x along width), each at least 1."""
+    bx, by = block
+    return max(1, -(-int(width) // bx)), max(1, -(-int(height) // by))
+
+
+def launch(stream: Any, config: LaunchConfig, kernel: Kernel, *args: Any) -> None:
+    """Launch ``kernel`` with ``config`` on ``stream`` (None = legacy default), after checking args."""
+    if not isinstance(config, LaunchConfig):
+        raise TypeError(f"launch() needs a LaunchConfig, got {type(config).__name__}")
+    kernel.launch(config, args, stream=stream)

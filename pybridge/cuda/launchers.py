@@ -1,0 +1,173 @@
+"""cffi bindings of the host launchers in ``build/cuda/lib<mod>.so``.
+
+Each ``kernels_cu/<mod>.cu`` also builds into a shared library of ``extern "C" int launch_*(...,
+void* stream)`` functions (cudart, launch configuration chosen in C, ``cudaError_t`` returned as an
+int). The launchers are declared here in the same syntax as kernels (without the trailing stream),
+so the declaration gives both the cffi ``cdef`` and the argument checks::
+
+    lib = load_launchers("saxpy")
+    lib.launch_saxpy(2.0, x, y, out, n, stream=s)
+
+Arguments take the same device handles as kernels (our DeviceArray, CuPy, PyTorch, numba, any
+CAI producer). The stream may be ours or foreign (anything :func:`~pybridge.cuda.streams.as_stream`
+accepts): cudart launches on the raw handle in the primary context, which it shares with us.
+A non-zero return raises :class:`~pybridge.cuda.errors.CudaError` (or its sticky / launch
+subclasses) with cudart's error string.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import paths
+from .errors import error_for_code
+from .kernel import bind_args, order_before
+from .signature import KernelSignature, parse_signature
+
+__all__ = ["Launcher", "Launchers", "cdef_for", "load_launchers"]
+
+CFFI_HINT = "the host launchers need cffi: pip install cffi  (it comes with pip install 'pybridge[cuda]')"
+
+# Exported by every launcher library (kernels_cu/common.cuh).
+_COMMON_CDEF = """
+const char* pybridge_error_string(int code);
+const char* pybridge_error_name(int code);
+"""
+
+
+def cdef_for(declarations: Sequence[KernelSignature], extra: str = "") -> str:
+    """The cffi cdef of launchers declared in our syntax: ``int name(<params>, void* stream);``."""
+    lines = [sig.c_declaration(return_type="int", extra=("void* stream",)) for sig in declarations]
+    return "\n".join(lines) + "\n" + _COMMON_CDEF + extra
+
+
+class Launcher:
+    """One host launcher: checks its arguments, then calls the C function."""
+
+    def __init__(self, owner: Launchers, signature: KernelSignature, cfunc: Any) -> None:
+        self._owner = owner
+        self.signature = signature
+        self._cfunc = cfunc
+        self.__name__ = signature.name
+        self.__doc__ = f"{signature}  (+ stream=...)"
+        # Casting pointers to their declared C types once per parameter.
+        self._ctypes = [p.c_type for p in signature.params]
+
+    def __repr__(self) -> str:
+        return f"<pybridge.cuda launcher {self.signature}>"
+
+    def __call__(self, *args: Any, stream: Any = None) -> None:
+        from .context import ensure_context
+        from .streams import as_stream
+
+        ensure_context()
+        bound = bind_args(self.signature, args)
+        s = as_stream(stream)
+        order_before(s.cai_stream, bound.producer_streams, self.signature.name)
+        ffi = self._owner.ffi
+        cargs = [
+            ffi.cast(ct, v) if p.is_pointer else v
+            for p, ct, v in zip(self.signature.params, self._ctypes, bound.values)
+        ]
+        rc = int(self._cfunc(*cargs, ffi.cast("void*", s.handle)))
+        if rc != 0:
+            raise error_for_code(
+                rc, kernel=self.signature.name, operation="host launcher",
+                cuda_message=self._owner.error_string(rc),
+            )
+        for arr in bound.device_arrays:
+            arr._set_pending(s)
+
+
+class Launchers:
+    """The launchers of one library, as attributes (``lib.launch_saxpy``) and by name."""
+
+    def __init__(self, path: Path, declarations: Sequence[KernelSignature], extra_cdef: str = "") -> None:
+        try:
+            import cffi
+        except ImportError as e:
+            raise ImportError(f"{CFFI_HINT} [{e}]") from e
+        self.path = path
+        self.ffi = cffi.FFI()
+        self.ffi.cdef(cdef_for(declarations, extra_cdef))
+        self.lib = self.ffi.dlopen(str(path))
+        self._launchers: dict[str, Launcher] = {}
+        for sig in declarations:
+            self._launchers[sig.name] = Launcher(self, sig, getattr(self.lib, sig.name))
+
+    def error_string(self, code: int) -> str:
+        try:
+            return str(self.ffi.string(self.lib.pybridge_error_string(code)).decode(errors="replace"))
+        except Exception:  # noqa: BLE001 - an explanation is best effort
+            return "unknown CUDA error"
+
+    def __getattr__(self, name: str) -> Launcher:
+        launchers = self.__dict__.get("_launchers", {})
+        if name in launchers:
+            found: Launcher = launchers[name]
+            return found
+        raise AttributeError(f"{self.path.name} has no launcher {name!r} (known: {', '.join(launchers)})")
+
+    def __getitem__(self, name: str) -> Launcher:
+        return self._launchers[name]
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self._launchers))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._launchers)
+
+    def raw(self, name: str) -> Callable[..., Any]:
+        """A C function of the library without checks (e.g. ``sum_num_partials``)."""
+        fn: Callable[..., Any] = getattr(self.lib, name)
+        return fn
+
+
+_cache: dict[str, Launchers] = {}
+_lock = threading.Lock()
+
+
+def load_launchers(
+    name_or_path: str | os.PathLike[str],
+    declarations: Sequence[str | KernelSignature] | None = None,
+    *,
+    extra_cdef: str | None = None,
+) -> Launchers:
+    """Bind ``lib<name>.so`` from the build directories (or a path).
+
+    ``declarations`` default to the catalog's for our own modules (:mod:`pybridge.cuda.catalog`).
+    """
+    spec = os.fspath(name_or_path)
+    if isinstance(name_or_path, Path) or "/" in spec or spec.endswith(".so"):
+        path = Path(spec).resolve()
+        mod_name = path.stem[3:] if path.stem.startswith("lib") else path.stem
+    else:
+        found = paths.find_build_file(f"cuda/lib{spec}.so")
+        if found is None:
+            raise FileNotFoundError(
+                f"build/cuda/lib{spec}.so not found; build it with `make cuda` (needs nvcc) or set $PYBRIDGE_BUILD"
+            )
+        path, mod_name = found.resolve(), spec
+    if not path.is_file():
+        raise FileNotFoundError(f"no such launcher library: {path}")
+    if declarations is None or extra_cdef is None:
+        from . import catalog
+
+        entry = catalog.MODULES.get(mod_name)
+        if declarations is None:
+            if entry is None:
+                raise ValueError(f"{mod_name} is not in the catalog: pass its launcher declarations")
+            declarations = entry.launchers
+        if extra_cdef is None:
+            extra_cdef = entry.extra_cdef if entry is not None else ""
+    sigs = [parse_signature(d) if isinstance(d, str) else d for d in declarations]
+    key = f"{path}|{'|'.join(str(s) for s in sigs)}|{extra_cdef}"
+    with _lock:
+        if key not in _cache:
+            _cache[key] = Launchers(path, sigs, extra_cdef)
+        return _cache[key]

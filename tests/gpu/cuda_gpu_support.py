@@ -1,0 +1,70 @@
+"""Shared setup for the pybridge.cuda GPU tests: skip (with the reason) unless PyCUDA, a GPU and
+the built kernels are all there; lazily built big inputs for hypothesis @example."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EPS32 = float(np.finfo(np.float32).eps)  # 2^-23: twice the unit roundoff u = 2^-24
+
+
+def require_cuda() -> None:
+    """Skip unless PyCUDA imports, a GPU is usable, and `make cuda` has been run."""
+    try:
+        import pycuda.driver  # noqa: F401  # pyflakes: ignore
+    except ImportError as e:
+        pytest.skip(
+            f"PyCUDA is not importable ({e}): on the GPU machine run `source .gpu-wheels/install.sh` "
+            "(see shared/gpu-wheels/README.md) or pip install 'pybridge[cuda]'"
+        )
+    from pybridge.cuda import device_count, ensure_context
+    from pybridge.paths import find_build_file
+
+    if device_count() == 0:
+        pytest.skip("PyCUDA sees no CUDA device")
+    missing = [m for m in ("saxpy", "reduce", "scan", "matmul", "histogram", "mandelbrot", "chain")
+               if find_build_file(f"cuda/{m}.cubin") is None or find_build_file(f"cuda/lib{m}.so") is None]
+    if missing:
+        pytest.skip(f"kernels not built ({', '.join(missing)}): run `make cuda` first")
+    ensure_context()
+
+
+@dataclass(frozen=True)
+class Big:
+    """A large input described, not built, so that @example does not allocate at import time."""
+
+    n: int
+    seed: int = 0
+    kind: str = "normal"  # normal | uniform01 | ints
+
+    def floats(self, scale: float = 1.0) -> np.ndarray:
+        rng = np.random.default_rng(self.seed)
+        if self.kind == "uniform01":
+            return rng.random(self.n, dtype=np.float32) * np.float32(scale)
+        return (rng.standard_normal(self.n, dtype=np.float32) * np.float32(scale)).astype(np.float32)
+
+    def ints(self, lo: int, hi: int) -> np.ndarray:
+        return np.random.default_rng(self.seed).integers(lo, hi, self.n, dtype=np.int32)
+
+
+def materialize(x: np.ndarray | Big, scale: float = 1.0) -> np.ndarray:
+    return x.floats(scale) if isinstance(x, Big) else np.ascontiguousarray(x, dtype=np.float32)
+
+
+def first_mismatch(got: np.ndarray, want: np.ndarray) -> str:
+    """A readable description of where two arrays first differ (for exact-equality failures)."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return f"shape {got.shape} != expected {want.shape}"
+    same = (got == want) | (np.isnan(got) & np.isnan(want)) if got.dtype.kind == "f" else got == want
+    bad = np.argwhere(~same)
+    if bad.size == 0:
+        return "no mismatch"
+    idx = tuple(bad[0])
+    return (f"{len(bad)} of {got.size} elements differ; first at index {idx}: got {got[idx]!r}, "
+            f"expected {want[idx]!r}")
