@@ -93,3 +93,26 @@ def stream_synchronize(stream: int) -> None:
     rc = _driver().cuStreamSynchronize(ctypes.c_void_p(stream))
     if rc != 0:
         raise RuntimeError(f"cuStreamSynchronize({stream:#x}) failed with CUDA error {rc}")
+
+
+def current_context() -> int:
+    """The CUDA context current on this thread (0 for none)."""
+    cur = ctypes.c_void_p()
+    _driver().cuCtxGetCurrent(ctypes.byref(cur))
+    return int(cur.value or 0)
+
+
+def restore_current_context(previous: int) -> None:
+    """Make ``previous`` current again (0: leave no context current).
+
+    Futhark's cuda backend leaves its own context current after creating it; cudart-based
+    libraries (PyTorch, CuPy, the host launchers) would then run in Futhark's context instead of
+    the device's primary one. Futhark pushes its context around each API call, so it needs none."""
+    cu = _driver()
+    if current_context() == previous:
+        return
+    if previous:
+        cu.cuCtxSetCurrent(ctypes.c_void_p(previous))
+    else:
+        popped = ctypes.c_void_p()
+        cu.cuCtxPopCurrent(ctypes.byref(popped))

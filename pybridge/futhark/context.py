@@ -82,7 +82,16 @@ class Context:
         except BaseException:
             lib.futhark_context_config_free(cfg)
             raise
+        previous = None
+        if backend == "cuda":
+            from ..interop import current_context
+
+            previous = current_context()
         ctx = lib.futhark_context_new(cfg)
+        if previous is not None:
+            from ..interop import restore_current_context
+
+            restore_current_context(previous)
         err = lib.futhark_context_get_error(ctx) if ctx != ffi.NULL else ffi.NULL
         if ctx == ffi.NULL or err != ffi.NULL:
             msg = self._take_string(err) if err != ffi.NULL else "futhark_context_new returned NULL"
