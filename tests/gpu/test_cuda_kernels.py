@@ -52,7 +52,9 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
 def f32s(lo: float, hi: float) -> st.SearchStrategy[float]:
-    return st.floats(min_value=lo, max_value=hi, width=32, allow_nan=False, allow_infinity=False)
+    # hypothesis wants float32-representable bounds for width=32 (1e-4 is not).
+    lo32, hi32 = float(np.float32(lo)), float(np.float32(hi))
+    return st.floats(min_value=lo32, max_value=hi32, width=32, allow_nan=False, allow_infinity=False)
 
 
 @pytest.fixture(scope="module", autouse=True)
