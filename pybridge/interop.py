@@ -1,80 +1,469 @@
-"""Device-array interop shared by the Futhark and CUDA halves: reading a producer's
-``__cuda_array_interface__`` (v3) and honouring its ``stream`` field.
+"""Device-array interop shared by both halves: ``__cuda_array_interface__`` (CAI) and DLPack, both
+directions, plus the few driver calls that ordering across libraries and contexts needs.
 
-CAI v3: ``stream`` None means no synchronisation is needed; 1 is the legacy default stream, 2 the
-per-thread default stream, any other integer a ``CUstream``; 0 is disallowed. A consumer that uses
-the data on another stream (or another context, as Futhark's cuda backend does) must first wait for
-the producer's stream. Without PyCUDA at hand this module waits through the driver (libcuda) directly.
+* :func:`cai_info` reads a producer's CAI (v2 or v3) into an :class:`ArrayInfo` (pointer, shape,
+  byte strides, dtype, read-only flag, producer stream) and checks it.
+* :func:`make_cai` writes a v3 CAI dictionary.
+* :func:`export_dlpack` wraps a pointer + shape + strides into a DLPack capsule (legacy
+  ``dltensor`` or versioned ``dltensor_versioned``) that keeps an owner alive until the consumer
+  calls the deleter; :func:`import_dlpack` reads a capsule, marks it used, and returns the array's
+  description plus a keep-alive object that calls the producer's deleter when released.
+
+Pure Python (ctypes), no CUDA needed: the DLPack code is tested on CPU with NumPy as the other side.
+pybridge.futhark uses :func:`cai_info` for ``from_cuda`` and :func:`restore_current_context` after
+creating a cuda-backend context; pybridge.cuda uses all of it.
+
+Stream values follow the CAI v3 / DLPack conventions for CUDA: None = no synchronisation needed
+(CAI) or legacy default stream (DLPack ``stream=None``), 1 = legacy default stream, 2 = per-thread
+default stream, any other int = a CUstream handle; 0 is disallowed (ambiguous).
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+__all__ = [
+    "ArrayInfo",
+    "DLPackOwner",
+    "KDLCPU",
+    "KDLCUDA",
+    "KDLCUDAHOST",
+    "KDLCUDAMANAGED",
+    "c_contiguous_strides",
+    "cai_info",
+    "export_dlpack",
+    "import_dlpack",
+    "is_c_contiguous",
+    "make_cai",
+    "current_context",
+    "restore_current_context",
+    "stream_synchronize",
+    "wait_for_producer",
+]
+
+# DLPack device types used here.
+KDLCPU = 1
+KDLCUDA = 2
+KDLCUDAHOST = 3
+KDLCUDAMANAGED = 13
+
+# CAI stream values with a fixed meaning.
+LEGACY_DEFAULT_STREAM = 1
+PER_THREAD_DEFAULT_STREAM = 2
+
 
 @dataclass(frozen=True)
-class CudaArrayView:
-    """What a CAI producer says about its memory."""
+class ArrayInfo:
+    """What a kernel launch needs to know about an array, wherever it came from."""
 
-    pointer: int
+    ptr: int
     shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in bytes, always filled in (C-contiguous when the producer gave none)
     dtype: np.dtype
-    strides: tuple[int, ...] | None
-    readonly: bool
-    stream: int | None
-    owner: Any
+    readonly: bool = False
+    stream: int | None = None  # producer stream with possibly pending work (CAI convention)
+    device_type: int = KDLCUDA
+    device_id: int = 0
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
 
     @property
     def c_contiguous(self) -> bool:
-        if self.strides is None:
-            return True
-        expected = []
-        step = self.dtype.itemsize
-        for n in reversed(self.shape):
-            expected.append(step)
-            step *= n
-        # Strides of axes with extent 1 never matter.
-        return all(s == e or n == 1 for s, e, n in zip(self.strides, reversed(expected), self.shape))
-
-    def synchronize(self) -> None:
-        """Wait until the producer's stream has finished writing this memory."""
-        if self.stream is not None:
-            stream_synchronize(self.stream)
+        return is_c_contiguous(self.shape, self.strides, self.dtype.itemsize)
 
 
-def cuda_array_interface_view(obj: Any) -> CudaArrayView:
-    """Read and validate ``obj.__cuda_array_interface__``; TypeError if it has none."""
+def c_contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    strides: list[int] = []
+    step = itemsize
+    for d in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+def is_c_contiguous(shape: Sequence[int], strides: Sequence[int] | None, itemsize: int) -> bool:
+    """True when the elements are dense in row-major order (axes of extent 1 may have any stride)."""
+    if strides is None:
+        return True
+    if any(int(d) == 0 for d in shape):
+        return True  # nothing to address
+    expected = itemsize
+    for d, s in zip(reversed(tuple(shape)), reversed(tuple(strides))):
+        if int(d) != 1 and int(s) != expected:
+            return False
+        expected *= int(d)
+    return True
+
+
+def _dtype_from_typestr(typestr: str) -> np.dtype:
     try:
-        cai = obj.__cuda_array_interface__
-    except AttributeError:
-        raise TypeError(f"{type(obj).__name__} does not expose __cuda_array_interface__") from None
-    version = int(cai.get("version", 0))
-    if version < 2:
-        raise TypeError(f"__cuda_array_interface__ version {version} is too old (need 2 or 3)")
+        dtype = np.dtype(typestr)
+    except TypeError as e:
+        raise TypeError(f"unsupported __cuda_array_interface__ typestr {typestr!r}") from e
+    if dtype.byteorder == ">" or (dtype.byteorder == "=" and not np.little_endian):
+        raise TypeError(f"big-endian data ({typestr!r}) cannot be used on a GPU")
+    return dtype.newbyteorder("=") if dtype.byteorder not in ("|", "=") else dtype
+
+
+def cai_info(obj: Any, cai: Mapping[str, Any] | None = None) -> ArrayInfo | None:
+    """Read ``obj.__cuda_array_interface__`` (or ``cai``); None when ``obj`` has none.
+
+    Raises TypeError/ValueError for a malformed or unsupported interface (a mask, stream 0,
+    big-endian data).
+    """
+    if cai is None:
+        try:
+            cai = obj.__cuda_array_interface__
+        except AttributeError:
+            return None
+    if not isinstance(cai, Mapping):
+        raise TypeError(f"__cuda_array_interface__ of {type(obj).__name__} is not a dict")
+    try:
+        shape = tuple(int(d) for d in cai["shape"])
+        typestr = cai["typestr"]
+        ptr, readonly = cai["data"]
+        version = int(cai.get("version", 0))
+    except (KeyError, TypeError, ValueError) as e:
+        raise TypeError(f"malformed __cuda_array_interface__ from {type(obj).__name__}: {e!r}") from e
     if cai.get("mask") is not None:
-        raise TypeError("masked CUDA arrays are not supported")
-    ptr, readonly = cai["data"]
-    stream = cai.get("stream") if version >= 3 else None
-    if stream == 0:
-        raise ValueError("__cuda_array_interface__ stream 0 is disallowed by the protocol (use 1 or 2)")
-    strides = cai.get("strides")
-    return CudaArrayView(
-        pointer=int(ptr or 0),
-        shape=tuple(int(s) for s in cai["shape"]),
-        dtype=np.dtype(cai["typestr"]),
-        strides=tuple(int(s) for s in strides) if strides is not None else None,
+        raise TypeError(f"masked arrays ({type(obj).__name__} with a CAI mask) are not supported")
+    dtype = _dtype_from_typestr(typestr)
+    strides_raw = cai.get("strides")
+    if strides_raw is None:
+        strides = c_contiguous_strides(shape, dtype.itemsize)
+    else:
+        strides = tuple(int(s) for s in strides_raw)
+        if len(strides) != len(shape):
+            raise ValueError(f"__cuda_array_interface__ of {type(obj).__name__}: strides and shape differ in length")
+    stream = cai.get("stream")
+    if stream is not None:
+        stream = int(stream)
+        if stream == 0:
+            raise ValueError(
+                f"__cuda_array_interface__ of {type(obj).__name__} has stream 0, which CAI v3 forbids "
+                "(ambiguous between the legacy and per-thread default streams)"
+            )
+    if version < 3:
+        stream = None  # v2 and older carry no stream: the producer has synchronised
+    return ArrayInfo(
+        ptr=int(ptr) if ptr is not None else 0,
+        shape=shape,
+        strides=strides,
+        dtype=dtype,
         readonly=bool(readonly),
-        stream=int(stream) if stream is not None else None,
-        owner=obj,
+        stream=stream,
     )
+
+
+def make_cai(
+    ptr: int,
+    shape: Sequence[int],
+    dtype: np.dtype,
+    *,
+    strides: Sequence[int] | None = None,
+    readonly: bool = False,
+    stream: int | None = None,
+) -> dict[str, Any]:
+    """A CAI v3 dictionary. ``strides`` None (or C-contiguous) is written as None; stream 0 is rejected."""
+    if stream == 0:
+        raise ValueError("CAI v3 forbids stream 0; use 1 for the legacy default stream")
+    dtype = np.dtype(dtype)
+    shape_t = tuple(int(d) for d in shape)
+    strides_t = None
+    if strides is not None and not is_c_contiguous(shape_t, strides, dtype.itemsize):
+        strides_t = tuple(int(s) for s in strides)
+    return {
+        "shape": shape_t,
+        "typestr": dtype.str,
+        "data": (int(ptr), bool(readonly)),
+        "version": 3,
+        "strides": strides_t,
+        "stream": stream,
+    }
+
+
+# ------------------------------------------------------------------------------------- DLPack ABI
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [
+        ("version", _DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", _DLTensor),
+    ]
+
+
+_FLAG_READ_ONLY = 1 << 0
+
+_KDL_INT, _KDL_UINT, _KDL_FLOAT, _KDL_BOOL = 0, 1, 2, 6
+
+# Module-level constants: a capsule keeps a pointer to its name, which must outlive it.
+_NAME_LEGACY = b"dltensor"
+_NAME_VERSIONED = b"dltensor_versioned"
+_NAME_USED_LEGACY = b"used_dltensor"
+_NAME_USED_VERSIONED = b"used_dltensor_versioned"
+
+_api = ctypes.pythonapi
+_PyCapsule_New = _api.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_PyCapsule_GetPointer = _api.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = ctypes.c_void_p
+_PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_PyCapsule_SetName = _api.PyCapsule_SetName
+_PyCapsule_SetName.restype = ctypes.c_int
+_PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_PyCapsule_IsValid = _api.PyCapsule_IsValid
+_PyCapsule_IsValid.restype = ctypes.c_int
+_PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+# Variants taking the capsule as a raw pointer, for its destructor: it runs while the capsule is
+# being freed and must not create new references to it.
+_raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
+_raw_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", _api)
+)
+
+
+def _dl_dtype(dtype: np.dtype) -> _DLDataType:
+    code = {"i": _KDL_INT, "u": _KDL_UINT, "f": _KDL_FLOAT, "b": _KDL_BOOL}.get(dtype.kind)
+    if code is None:
+        raise BufferError(f"dtype {dtype} has no DLPack equivalent here")
+    return _DLDataType(code, dtype.itemsize * 8, 1)
+
+
+def _np_dtype(dt: _DLDataType) -> np.dtype:
+    if dt.lanes != 1:
+        raise BufferError(f"DLPack vector types (lanes={dt.lanes}) are not supported")
+    bits = int(dt.bits)
+    if dt.code == _KDL_BOOL and bits == 8:
+        return np.dtype(np.bool_)
+    kind = {_KDL_INT: "i", _KDL_UINT: "u", _KDL_FLOAT: "f"}.get(int(dt.code))
+    if kind is None or bits % 8:
+        raise BufferError(f"unsupported DLPack dtype (code {dt.code}, bits {bits})")
+    return np.dtype(f"{kind}{bits // 8}")
+
+
+# Export side: what a capsule points at stays here until its deleter runs.
+_exports: dict[int, tuple[Any, ...]] = {}
+_exports_lock = threading.Lock()
+
+
+def _release_export(address: int) -> None:
+    with _exports_lock:
+        _exports.pop(address, None)
+
+
+@_Deleter
+def _managed_deleter(address: int | None) -> None:
+    # Called by the consumer (any thread; ctypes takes the GIL) when it is done with the tensor.
+    if address:
+        _release_export(int(address))
+
+
+_MANAGED_DELETER_PTR = ctypes.cast(_managed_deleter, ctypes.c_void_p).value
+
+_CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@_CapsuleDestructor
+def _capsule_destructor(capsule: int | None) -> None:
+    # A capsule never consumed still owns its tensor; a consumed one was renamed "used_..." and
+    # its tensor belongs to the consumer, who calls the deleter.
+    if not capsule:
+        return
+    for name in (_NAME_LEGACY, _NAME_VERSIONED):
+        if _raw_is_valid(capsule, name):
+            address = _raw_get_pointer(capsule, name)
+            if address:
+                _release_export(int(address))
+            return
+
+
+_CAPSULE_DESTRUCTOR_PTR = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value
+
+
+def export_dlpack(
+    ptr: int,
+    shape: Sequence[int],
+    dtype: np.dtype,
+    *,
+    strides: Sequence[int] | None = None,
+    device_type: int = KDLCUDA,
+    device_id: int = 0,
+    owner: Any = None,
+    versioned: bool = False,
+    readonly: bool = False,
+) -> Any:
+    """A DLPack capsule for memory at ``ptr``; ``owner`` stays alive until the consumer's deleter runs.
+
+    ``strides`` are in bytes (as in NumPy and CAI) and must be multiples of the item size; None
+    means C-contiguous. ``versioned`` gives a DLPack 1.0 ``dltensor_versioned`` capsule (which
+    carries the read-only flag), else a legacy ``dltensor`` one.
+    """
+    dtype = np.dtype(dtype)
+    ndim = len(shape)
+    shape_arr = (ctypes.c_int64 * max(ndim, 1))(*[int(d) for d in shape])
+    if strides is None:
+        strides = c_contiguous_strides(shape, dtype.itemsize)
+    elem_strides = []
+    for s in strides:
+        if int(s) % dtype.itemsize:
+            raise BufferError(f"stride {s} is not a multiple of the item size {dtype.itemsize}")
+        elem_strides.append(int(s) // dtype.itemsize)
+    strides_arr = (ctypes.c_int64 * max(ndim, 1))(*elem_strides)
+    tensor = _DLTensor(
+        ctypes.c_void_p(int(ptr)),
+        _DLDevice(device_type, device_id),
+        ndim,
+        _dl_dtype(dtype),
+        ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64)),
+        ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64)),
+        0,
+    )
+    managed: _DLManagedTensor | _DLManagedTensorVersioned
+    if versioned:
+        managed = _DLManagedTensorVersioned(
+            _DLPackVersion(1, 0), None, _MANAGED_DELETER_PTR, _FLAG_READ_ONLY if readonly else 0, tensor
+        )
+        name = _NAME_VERSIONED
+    else:
+        managed = _DLManagedTensor(tensor, None, _MANAGED_DELETER_PTR)
+        name = _NAME_LEGACY
+    address = ctypes.addressof(managed)
+    with _exports_lock:
+        _exports[address] = (managed, shape_arr, strides_arr, owner)
+    try:
+        return _PyCapsule_New(address, name, _CAPSULE_DESTRUCTOR_PTR)
+    except BaseException:
+        _release_export(address)
+        raise
+
+
+def exports_alive() -> int:
+    """Exported tensors not yet released by their consumer (for leak tests)."""
+    with _exports_lock:
+        return len(_exports)
+
+
+class DLPackOwner:
+    """Keeps an imported DLPack tensor alive; calls the producer's deleter when released."""
+
+    def __init__(self, address: int, deleter: int | None, producer: Any = None) -> None:
+        self._address = address
+        self._deleter = deleter
+        self.producer = producer  # the object __dlpack__ was called on
+
+    def release(self) -> None:
+        deleter, self._deleter = self._deleter, None
+        if deleter:
+            _Deleter(deleter)(self._address)
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - never raise from a finaliser
+            pass
+
+
+def import_dlpack(capsule: Any, producer: Any = None) -> tuple[ArrayInfo, DLPackOwner]:
+    """Consume a DLPack capsule (legacy or versioned): its array description and keep-alive owner.
+
+    The capsule is renamed ``used_...`` as the protocol requires, so its own destructor no longer
+    frees the tensor; the returned owner calls the producer's deleter when it is released.
+    """
+    if _PyCapsule_IsValid(capsule, _NAME_VERSIONED):
+        address = _PyCapsule_GetPointer(capsule, _NAME_VERSIONED)
+        mv = _DLManagedTensorVersioned.from_address(address)
+        if mv.version.major != 1:
+            raise BufferError(f"unsupported DLPack major version {mv.version.major}")
+        tensor = mv.dl_tensor
+        readonly = bool(mv.flags & _FLAG_READ_ONLY)
+        deleter = mv.deleter
+        used = _NAME_USED_VERSIONED
+    elif _PyCapsule_IsValid(capsule, _NAME_LEGACY):
+        address = _PyCapsule_GetPointer(capsule, _NAME_LEGACY)
+        ml = _DLManagedTensor.from_address(address)
+        tensor = ml.dl_tensor
+        readonly = False
+        deleter = ml.deleter
+        used = _NAME_USED_LEGACY
+    else:
+        raise BufferError("not a DLPack capsule (or one that was already consumed)")
+    dtype = _np_dtype(tensor.dtype)
+    ndim = int(tensor.ndim)
+    shape = tuple(int(tensor.shape[i]) for i in range(ndim))
+    if tensor.strides:
+        strides = tuple(int(tensor.strides[i]) * dtype.itemsize for i in range(ndim))
+    else:
+        strides = c_contiguous_strides(shape, dtype.itemsize)
+    ptr = int(tensor.data or 0) + int(tensor.byte_offset)
+    info = ArrayInfo(
+        ptr=ptr,
+        shape=shape,
+        strides=strides,
+        dtype=dtype,
+        readonly=readonly,
+        stream=None,
+        device_type=int(tensor.device.device_type),
+        device_id=int(tensor.device.device_id),
+    )
+    if _PyCapsule_SetName(capsule, used) != 0:
+        raise BufferError("could not mark the DLPack capsule as used")
+    return info, DLPackOwner(int(address), int(deleter) if deleter else None, producer)
+
+
+def wait_for_producer(info: ArrayInfo) -> None:
+    """Block until the producer's stream (CAI v3 ``stream``) has finished; no-op for None."""
+    if info.stream is not None:
+        stream_synchronize(info.stream)
 
 
 _libcuda: Any = None

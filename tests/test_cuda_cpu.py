@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pybridge.cuda import catalog
-from pybridge.cuda import protocols as P
+from pybridge import interop as P
 from pybridge.cuda.arrays import DeviceArray
 from pybridge.cuda.errors import (
     CudaError,

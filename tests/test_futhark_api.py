@@ -342,3 +342,17 @@ def test_new_raw_wraps_host_memory_without_copy(probe_lib):
     assert probe_lib.sum(h) == np.float32(6)
     with pytest.raises(ValueError, match="shape"):
         probe_lib.types["[]f32"].new_raw(data.ctypes.data, (2, 3))
+
+
+def test_sums_and_record_arrays_accept_plain_python(types_lib):
+    assert types_lib.area(("rect", (2.0, 5.0))) == 10.0
+    xs = np.array([1.0, 2.0], np.float32)
+    assert pf.to_numpy(types_lib.sum_points({"x": xs, "y": xs})) == {"x": 3.0, "y": 3.0}
+
+
+def test_freed_empty_array_still_raises(types_lib):
+    h = types_lib.types["[]i32"].new(np.zeros(0, np.int32))
+    assert h.shape == (0,)
+    h.free()
+    with pytest.raises(pf.InvalidHandleError):
+        h.numpy()

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from . import protocols as interop
-from .protocols import KDLCUDA, KDLCUDAMANAGED, ArrayInfo
+from .. import interop
+from ..interop import KDLCUDA, KDLCUDAMANAGED, ArrayInfo
 from . import _driver
 from .context import ensure_context, pycuda_driver
 from .errors import pycuda_errors

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .protocols import ArrayInfo
+from ..interop import ArrayInfo
 from .arrays import DeviceArray, as_device_array, empty
 from .kernel import Kernel
 from .launch import LaunchConfig, grid_for

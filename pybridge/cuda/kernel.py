@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .protocols import ArrayInfo, cai_info
+from ..interop import ArrayInfo, cai_info
 from . import _driver
 from .errors import CudaError, LaunchError, from_pycuda_error
 from .launch import Dim3, LaunchConfig

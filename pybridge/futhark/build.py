@@ -80,6 +80,7 @@ def build_program(
     if backend == "cuda":
         _cuda13_compat(out / f"{stem}.c", Path(cflags[0][2:]) / "cuda.h")
     _run([cc, "-O3", "-fPIC", "-shared", *cflags, "-o", str(so), str(out / f"{stem}.c"), *ldflags, *LINK_FLAGS[backend]], "C compiler")
+    shutil.copy2(src, out / src.name)  # keep the source beside the library (Library.source_path)
     stamp.write_text(digest)
     return so
 

@@ -108,6 +108,10 @@ class Library:
             self.types[name] = ArrayKind(self, info) if isinstance(info, ArrayType) else OpaqueKind(self, info)
         self.entry_points = {name: EntryPoint(self, e) for name, e in manifest.entry_points.items()}
         self.key = f"{self.path}::{self.backend}"
+        # The program's source, when it sits beside the library (pybridge build, make copies) —
+        # pybridge.testing reads size names from its entry headers.
+        src = self.path.with_name(f"{self.path.stem.removeprefix('lib')}.fut")
+        self.source_path: Path | None = src if src.exists() else None
         with _open_lock:
             _open_libraries[self.key] = self
 

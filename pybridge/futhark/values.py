@@ -142,10 +142,11 @@ class ArrayHandle(Value):
 
     def numpy(self) -> np.ndarray:
         """Copy the values into a new NumPy array (synchronises)."""
+        ptr = self.ptr  # raises for a freed/consumed handle, even when no copy is needed
         out = np.empty(self.shape, dtype=self.dtype)
         if out.size:
             ctx = self._ctx
-            rc = self.atype.values_fn(ctx.ptr, self.ptr, self.atype.buffer(out))
+            rc = self.atype.values_fn(ctx.ptr, ptr, self.atype.buffer(out))
             ctx.check(rc, self.atype.info.ops["values"])
             ctx.sync()
         return out
@@ -462,15 +463,17 @@ class ArrayKind:
         """Zero-copy view of a CUDA array (anything with ``__cuda_array_interface__``)."""
         if self.library.backend != "cuda":
             raise TypeError(f"from_cuda needs a cuda-backend library, this one is {self.library.backend}")
-        from ..interop import cuda_array_interface_view
+        from ..interop import cai_info, wait_for_producer
 
-        view = cuda_array_interface_view(obj)
-        if view.dtype != self.dtype:
-            raise TypeError(f"from_cuda: expected dtype {self.dtype}, got {view.dtype}")
-        if not view.c_contiguous:
+        info = cai_info(obj)
+        if info is None:
+            raise TypeError(f"from_cuda: {type(obj).__name__} has no __cuda_array_interface__")
+        if info.dtype != self.dtype:
+            raise TypeError(f"from_cuda: expected dtype {self.dtype}, got {info.dtype}")
+        if not info.c_contiguous:
             raise ValueError("from_cuda: the array must be C-contiguous")
-        view.synchronize()
-        return self.new_raw(view.pointer, view.shape, owner=obj)
+        wait_for_producer(info)  # Futhark runs on its own stream and context: the data must be ready
+        return self.new_raw(info.ptr, info.shape, owner=obj)
 
     def __repr__(self) -> str:
         return f"<ArrayType {self.name}>"
@@ -633,6 +636,14 @@ class Codec:
         if isinstance(kind, ArrayKind):
             arr = kind.coerce(value, what)
             h = kind._new_from(arr)
+            scope.temps.append(h)
+            return h.ptr
+        if kind.info.sum is not None and isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+            h = kind.construct(value[0], *value[1])  # (variant, payload)
+            scope.temps.append(h)
+            return h.ptr
+        if kind.info.record_array is not None and isinstance(value, Mapping):
+            h = kind.zip(**value)  # columns by field name
             scope.temps.append(h)
             return h.ptr
         if kind.info.record is not None and kind.info.record.new:

@@ -1,0 +1,792 @@
+"""Compare a wrapped kernel with a NumPy reference on generated inputs: :func:`check_against`.
+
+Results are compared structurally: a ``tuple`` is several results (compared pairwise), a ``dict``
+is a record (field by field), ``(str, tuple)`` is a sum value (variant exactly, then payload), a
+list or anything array-like is one array. Arrays must have the same shape; integers, bools and
+strings must be equal; floats must be within the tolerance:
+
+- default: ``|got - expected| <= atol + rtol*|expected|`` with per-dtype defaults (those of
+  ``torch.testing.assert_close``: f16 1e-3/1e-5, f32 1.3e-6/1e-5, f64 1e-7/1e-7);
+- ``rtol=`` / ``atol=``: those instead (a missing one is 0);
+- ``ulps=N``: at most N units in the last place apart, in the target's dtype;
+- ``reduction=True``: ``|got - expected| <= n * eps * sum(|x|)`` over the float array inputs
+  (``n`` their largest length, ``eps`` of the result dtype): the classic bound for a summation in
+  any order; ``reduction=callable(*args)`` returns the bound itself (see :func:`reduction_bound`).
+
+An element passes when it meets any criterion that was asked for. NaN equals NaN only with
+``equal_nan=True``; infinities must match exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+
+import numpy as np
+from hypothesis import HealthCheck, example, given
+from hypothesis import settings as Settings
+from hypothesis import strategies as st
+
+from .strategies import (
+    InputSpec,
+    Inputs,
+    entry_spec,
+    inputs as inputs_strategy,
+    spec_from_kernel,
+    spec_from_text,
+)
+
+# ---------------------------------------------------------------- tolerances
+
+# Per-dtype (rtol, atol): torch.testing.assert_close's defaults, a widely used and documented choice.
+DEFAULT_TOLERANCES: dict[np.dtype, tuple[float, float]] = {
+    np.dtype(np.float16): (1e-3, 1e-5),
+    np.dtype(np.float32): (1.3e-6, 1e-5),
+    np.dtype(np.float64): (1e-7, 1e-7),
+}
+
+Bound = Union[float, np.ndarray, Callable[[np.dtype], Any]]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """What "close enough" means for floats (see the module docstring)."""
+
+    rtol: float | None = None
+    atol: float | None = None
+    ulps: int | None = None
+    equal_nan: bool = False
+    check_dtype: bool = False
+
+    def explicit(self) -> bool:
+        return self.rtol is not None or self.atol is not None or self.ulps is not None
+
+    def describe(self, dtype: np.dtype, bound: Any = None) -> str:
+        parts = []
+        if self.explicit() or bound is not None:
+            if self.rtol is not None:
+                parts.append(f"rtol={self.rtol:g}")
+            if self.atol is not None:
+                parts.append(f"atol={self.atol:g}")
+            if self.ulps is not None:
+                parts.append(f"ulps={self.ulps}")
+            if bound is not None:
+                parts.append("reduction bound n*eps*sum|x|")
+        else:
+            r, a = DEFAULT_TOLERANCES.get(np.dtype(dtype), DEFAULT_TOLERANCES[np.dtype(np.float64)])
+            parts.append(f"rtol={r:g}, atol={a:g} ({np.dtype(dtype).name} defaults)")
+        if self.equal_nan:
+            parts.append("equal_nan")
+        return ", ".join(parts)
+
+
+def ulp_distance(a: Any, b: Any) -> np.ndarray:
+    """How many representable numbers of their (common float) dtype lie between ``a`` and ``b``.
+
+    +0 and -0 are 0 apart; an infinity is one step beyond the largest finite number; NaN is
+    the maximum distance from anything (callers handle NaN themselves). Returns uint64.
+    """
+    a = np.asarray(a)
+    b = np.asarray(b)
+    dtype = np.result_type(a, b)
+    if dtype.kind != "f":
+        raise TypeError(f"ulp_distance needs floats, got {a.dtype} and {b.dtype}")
+    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+    width = dtype.itemsize * 8
+    sign = np.uint64(1) << np.uint64(width - 1)
+
+    def key(x: np.ndarray) -> np.ndarray:
+        x = np.where(x == 0, dtype.type(0), x).astype(dtype)  # -0 -> +0
+        u = np.atleast_1d(x).view(bits).astype(np.uint64)
+        # Map sign-magnitude bit patterns onto a monotonic unsigned line: -m -> sign-m, +m -> sign+m.
+        with np.errstate(over="ignore"):
+            return np.where(u & sign, sign - (u & (sign - np.uint64(1))), u + sign).reshape(x.shape)
+
+    ka, kb = key(np.broadcast_to(a, np.broadcast_shapes(a.shape, b.shape))), key(
+        np.broadcast_to(b, np.broadcast_shapes(a.shape, b.shape))
+    )
+    d = np.where(ka >= kb, ka - kb, kb - ka)
+    nan = np.isnan(a) | np.isnan(b)
+    return np.where(nan, np.iinfo(np.uint64).max, d).astype(np.uint64)
+
+
+def reduction_bound(terms: Any, dtype: Any = None, *, axis: int | tuple[int, ...] | None = None, n: int | None = None) -> Any:
+    """``n * eps * sum(|terms|)``: how far a float summation of ``terms`` may be from the exact sum.
+
+    ``dtype`` gives ``eps`` (default: the terms' dtype); ``axis`` sums along that axis only (one
+    bound per output element, e.g. row sums); ``n`` defaults to the number of terms summed. For a
+    dot product pass the products: ``reduction=lambda xs, ys: reduction_bound(xs * ys)``.
+    """
+    t = np.asarray(terms)
+    eps = np.finfo(np.dtype(dtype) if dtype is not None else (t.dtype if t.dtype.kind == "f" else np.float64)).eps
+    mag = np.sum(np.abs(t.astype(np.float64)), axis=axis)
+    if n is None:
+        n = t.size if axis is None else int(np.prod([t.shape[k] for k in np.atleast_1d(axis)]))
+    return n * eps * mag
+
+
+def _inputs_bound(case: Inputs) -> Callable[[np.dtype], float]:
+    """The reduction=True bound for one case: n * eps * sum|x| over its float arrays."""
+    arrays = [a for a in _leaves(case.args) if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+    n = max((a.size for a in arrays), default=0)
+    mag = float(sum(np.sum(np.abs(a.astype(np.float64))) for a in arrays))
+
+    def bound(dtype: np.dtype) -> float:
+        eps = float(np.finfo(dtype if np.dtype(dtype).kind == "f" else np.float64).eps)
+        return n * eps * mag
+
+    return bound
+
+
+def _leaves(v: Any) -> Iterable[Any]:
+    if isinstance(v, dict):
+        for x in v.values():
+            yield from _leaves(x)
+    elif isinstance(v, (tuple, list)):
+        for x in v:
+            yield from _leaves(x)
+    else:
+        yield v
+
+
+# ---------------------------------------------------------------- comparing values
+
+@dataclass
+class Mismatch:
+    """What differs at one place (``path``) of the results."""
+
+    path: str
+    reason: str
+    rows: list[tuple[str, str, str, str, str]] = field(default_factory=list)  # index, got, expected, err, allowed
+    count: int = 0
+    total: int = 0
+    max_error: float | None = None
+    max_error_index: tuple[int, ...] | None = None
+    max_ulps: int | None = None
+
+    def format(self) -> str:
+        lines = [f"{self.path}: {self.reason}"]
+        if self.total:
+            pct = 100.0 * self.count / self.total
+            line = f"  {self.count} of {self.total} element(s) differ ({pct:.1f}%)"
+            if self.max_error is not None:
+                line += f"; max abs err {self.max_error:.6g} at index {self.max_error_index}"
+            if self.max_ulps is not None:
+                line += f"; max {self.max_ulps} ulps"
+            lines.append(line)
+        if self.rows:
+            header = ("index", "got", "expected", "abs err", "allowed")
+            widths = [max(len(r[k]) for r in [header, *self.rows]) for k in range(5)]
+            for r in [header, *self.rows]:
+                lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        return "\n".join(lines)
+
+
+class MismatchError(AssertionError):
+    """The target disagreed with the reference. ``inputs`` is the (shrunk) failing case."""
+
+    def __init__(self, message: str, inputs: Inputs | None, mismatches: list[Mismatch], results: Any = None, expected: Any = None):
+        super().__init__(message)
+        self.inputs = inputs
+        self.mismatches = mismatches
+        self.results = results
+        self.expected = expected
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, np.generic):
+        return str(v.item()) if v.dtype.kind in "iub" else str(v)
+    return str(v)
+
+
+def _is_sum_value(v: Any) -> bool:
+    return isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], tuple)
+
+
+def compare(
+    got: Any, expected: Any, tolerance: Tolerance = Tolerance(), *, bound: Bound | None = None, path: str = "result", max_rows: int = 5
+) -> list[Mismatch]:
+    """Every mismatch between ``got`` and ``expected`` (empty when they agree)."""
+    out: list[Mismatch] = []
+    _compare(got, expected, tolerance, bound, path, out, max_rows)
+    return out
+
+
+def _compare(got: Any, exp: Any, tol: Tolerance, bound: Any, path: str, out: list[Mismatch], max_rows: int) -> None:
+    if isinstance(exp, dict) or isinstance(got, dict):
+        if not (isinstance(exp, dict) and isinstance(got, dict)):
+            out.append(Mismatch(path, f"got {type(got).__name__}, expected a record (dict)"))
+            return
+        if set(got) != set(exp):
+            out.append(Mismatch(path, f"record fields differ: got {sorted(got)}, expected {sorted(exp)}"))
+            return
+        for k in exp:
+            _compare(got[k], exp[k], tol, bound, f"{path}.{k}", out, max_rows)
+        return
+    if _is_sum_value(exp) or _is_sum_value(got):
+        if not (_is_sum_value(exp) and _is_sum_value(got)):
+            out.append(Mismatch(path, f"got {got!r:.80}, expected a sum value {exp!r:.80}"))
+            return
+        if got[0] != exp[0]:
+            out.append(Mismatch(path, f"variant #{got[0]}, expected #{exp[0]}"))
+            return
+        _compare(got[1], exp[1], tol, bound, f"{path}#{exp[0]}", out, max_rows)
+        return
+    if isinstance(exp, tuple) or isinstance(got, tuple):
+        if not (isinstance(exp, tuple) and isinstance(got, tuple)):
+            out.append(Mismatch(path, f"got {type(got).__name__}, expected {type(exp).__name__} (a tuple is several results)"))
+            return
+        if len(got) != len(exp):
+            out.append(Mismatch(path, f"got {len(got)} values, expected {len(exp)}"))
+            return
+        bounds = bound if isinstance(bound, tuple) else (bound,) * len(exp)
+        for k, (g, e) in enumerate(zip(got, exp)):
+            _compare(g, e, tol, bounds[k] if k < len(bounds) else None, f"{path}[{k}]", out, max_rows)
+        return
+    if isinstance(exp, (str, bytes)) or exp is None or isinstance(got, (str, bytes)) or got is None:
+        if got != exp:
+            out.append(Mismatch(path, f"got {got!r}, expected {exp!r}"))
+        return
+    _compare_arrays(np.asarray(got), np.asarray(exp), tol, bound, path, out, max_rows)
+
+
+def _compare_arrays(g: np.ndarray, e: np.ndarray, tol: Tolerance, bound: Any, path: str, out: list[Mismatch], max_rows: int) -> None:
+    if g.shape != e.shape:
+        out.append(Mismatch(path, f"shape {g.shape}, expected {e.shape}"))
+        return
+    if tol.check_dtype and g.dtype != e.dtype:
+        out.append(Mismatch(path, f"dtype {g.dtype}, expected {e.dtype}"))
+        return
+    if g.dtype.kind not in "biuf" or e.dtype.kind not in "biuf":
+        ok = np.asarray(g == e, dtype=bool)
+        if not ok.all():
+            out.append(_table(path, "values differ", g, e, ~ok, None, None, max_rows))
+        return
+    if g.dtype.kind != "f" and e.dtype.kind != "f":
+        if g.dtype != e.dtype and np.result_type(g.dtype, e.dtype).kind == "f":
+            ok = np.asarray(g.astype(object) == e.astype(object), dtype=bool)  # u64 vs i64: exact via int
+        else:
+            ok = np.asarray(g == e, dtype=bool)
+        if not ok.all():
+            out.append(_table(path, "integer/bool values differ (exact comparison)", g, e, ~ok, None, None, max_rows))
+        return
+    # Floats: tolerance in the less precise of the two float dtypes (usually the target's).
+    fdtypes = [d for d in (g.dtype, e.dtype) if d.kind == "f"]
+    dtype = min(fdtypes, key=lambda d: d.itemsize)
+    g64, e64 = g.astype(np.float64), e.astype(np.float64)
+    gnan, enan = np.isnan(g64), np.isnan(e64)
+    finite = np.isfinite(g64) & np.isfinite(e64)
+    same_special = (g64 == e64) & ~finite  # equal infinities
+    if tol.equal_nan:
+        same_special |= gnan & enan
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(finite, np.abs(g64 - e64), np.where(gnan | enan, np.nan, np.inf))
+    if tol.explicit() or bound is not None:
+        rtol, atol = tol.rtol or 0.0, tol.atol or 0.0
+    else:
+        rtol, atol = DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES[np.dtype(np.float64)])
+    use_abs = not tol.explicit() or tol.rtol is not None or tol.atol is not None or bound is not None
+    allowed = atol + rtol * np.abs(e64)
+    if bound is not None:
+        b = bound(dtype) if callable(bound) else bound
+        allowed = allowed + np.broadcast_to(np.asarray(b, dtype=np.float64), e64.shape)
+    ok = same_special.copy()
+    if use_abs:
+        ok |= finite & (err <= allowed)
+    ulps = None
+    if tol.ulps is not None:
+        ulps = ulp_distance(g.astype(dtype), e.astype(dtype))
+        ok |= finite & (ulps <= np.uint64(tol.ulps))
+    if ok.all():
+        return
+    bad = ~ok
+    m = _table(
+        path,
+        f"values differ beyond tolerance ({tol.describe(dtype, bound)})",
+        g,
+        e,
+        bad,
+        err,
+        np.where(finite, allowed, np.nan) if use_abs else None,
+        max_rows,
+        ulps,
+        tol.ulps,
+    )
+    out.append(m)
+
+
+def _table(
+    path: str,
+    reason: str,
+    g: np.ndarray,
+    e: np.ndarray,
+    bad: np.ndarray,
+    err: np.ndarray | None,
+    allowed: np.ndarray | None,
+    max_rows: int,
+    ulps: np.ndarray | None = None,
+    max_ulps: int | None = None,
+) -> Mismatch:
+    idx = np.argwhere(bad)
+    m = Mismatch(path, reason, count=int(bad.sum()), total=int(bad.size))
+    if err is not None:
+        errs = np.where(bad & ~np.isnan(err), err, -1.0)  # NaN has no size: rank it below everything
+        if errs.size and errs.max() >= 0:
+            k = np.unravel_index(int(np.argmax(errs)), errs.shape)
+            m.max_error = float(errs[k])
+            m.max_error_index = tuple(int(i) for i in k)
+    if ulps is not None:
+        finite_ulps = ulps[bad & (ulps != np.iinfo(np.uint64).max)]
+        m.max_ulps = int(finite_ulps.max()) if finite_ulps.size else None
+    for row in idx[:max_rows]:
+        i = tuple(int(x) for x in row)
+        gv, ev = g[i], e[i]
+        if err is None:
+            es, al = "", "exact"
+        elif np.isnan(gv) and np.isnan(ev):
+            es, al = "nan", "NaN != NaN (pass equal_nan=True)"
+        elif not np.isfinite(err[i]):
+            es, al = f"{err[i]}", "exact (non-finite)"
+        else:
+            es = f"{err[i]:.3g}"
+            al = f"{allowed[i]:.3g}" if allowed is not None else ""
+            if ulps is not None:
+                es += f" ({int(ulps[i])} ulps)"
+                al = (al + " or " if al else "") + f"{max_ulps} ulps"
+        m.rows.append((str(i), _fmt(gv), _fmt(ev), es, al))
+    if len(idx) > max_rows:
+        m.rows.append(("...", f"{len(idx) - max_rows} more", "", "", ""))
+    return m
+
+
+def assert_close(
+    got: Any,
+    expected: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    ulps: int | None = None,
+    equal_nan: bool = False,
+    check_dtype: bool = False,
+    bound: Bound | None = None,
+    inputs: Inputs | None = None,
+    what: str = "target",
+) -> None:
+    """Raise :class:`MismatchError` with a readable diff unless ``got`` matches ``expected``."""
+    tol = Tolerance(rtol, atol, ulps, equal_nan, check_dtype)
+    ms = compare(got, expected, tol, bound=bound)
+    if ms:
+        raise MismatchError(_message(what, ms, inputs), inputs, ms, got, expected)
+
+
+def _message(what: str, ms: list[Mismatch], case: Inputs | None) -> str:
+    lines = [f"{what} does not match the reference:"]
+    for m in ms:
+        lines.append(m.format())
+    if case is not None:
+        lines.append("inputs:")
+        lines.append(case.summary())
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- targets
+
+class Target:
+    """How to call something on one case and get NumPy results. Subclass for exotic targets."""
+
+    name: str = "target"
+
+    def spec(self, **kwargs: Any) -> InputSpec | None:
+        """The input description, when the target knows its own signature."""
+        return None
+
+    def __call__(self, case: Inputs) -> Any:
+        raise NotImplementedError
+
+
+def _outputs_in_place(spec: InputSpec | None, args: Sequence[Any]) -> Any:
+    """Results of a kernel-style function that returned None: its non-const pointer arguments."""
+    if spec is None:
+        return None
+    outs = tuple(a for p, a in zip(spec.params, args) if p.is_output)
+    if not outs:
+        return None
+    return outs[0] if len(outs) == 1 else outs
+
+
+class CallableTarget(Target):
+    """A Python function called as ``fn(*args)``. For a kernel-style signature a ``None`` result
+    means "look at the output arrays", which the function filled in place."""
+
+    def __init__(self, fn: Callable[..., Any], spec: InputSpec | None = None, name: str | None = None):
+        self.fn = fn
+        self._spec = spec
+        self.name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
+    def spec(self, **kwargs: Any) -> InputSpec | None:
+        return self._spec
+
+    def __call__(self, case: Inputs) -> Any:
+        args = case.args
+        result = self.fn(*args)
+        if result is None:
+            return _outputs_in_place(self._spec, args)
+        return to_numpy(result)
+
+
+def to_numpy(value: Any) -> Any:
+    """Results to plain NumPy structures: ``pybridge.futhark.to_numpy`` when present, else handles
+    with ``.numpy()``/``.get()``, recursively through tuples, lists and dicts."""
+    pf_to_numpy: Callable[[Any], Any] | None
+    try:
+        from ..futhark import to_numpy as pf_to_numpy
+    except ImportError:  # the Futhark layer is optional here
+        pf_to_numpy = None
+    if pf_to_numpy is not None and _looks_like_handle(value):
+        return pf_to_numpy(value)
+    if isinstance(value, tuple):
+        return tuple(to_numpy(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_numpy(v) for k, v in value.items()}
+    if isinstance(value, (np.ndarray, np.generic, int, float, bool, str, list)) or value is None:
+        return value
+    for attr in ("numpy", "get"):
+        f = getattr(value, attr, None)
+        if callable(f):
+            return f()
+    return np.asarray(value)
+
+
+def _looks_like_handle(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return any(_looks_like_handle(v) for v in value)
+    mod = type(value).__module__ or ""
+    return mod.startswith("pybridge.futhark")
+
+
+def _free_all(value: Any) -> None:
+    """Free Futhark handles in a result (tuples included); other values are left alone."""
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            _free_all(v)
+        return
+    if (type(value).__module__ or "").startswith("pybridge.futhark"):
+        free = getattr(value, "free", None)
+        if callable(free):
+            free()
+
+
+class FutharkTarget(Target):
+    """A Futhark entry point (``lib.saxpy``): called with NumPy values, results read back and freed."""
+
+    def __init__(self, entry: Any):
+        self.entry = entry
+        self.ep = entry.entry
+        self.library = getattr(entry, "library", None)
+        self.name = f"Futhark entry point {self.ep.name!r}"
+
+    def spec(self, **kwargs: Any) -> InputSpec:
+        return entry_spec(self.entry, **kwargs)
+
+    def _arg(self, type_name: str, value: Any, temps: list[Any]) -> Any:
+        """Build the opaque values an entry point does not take as plain Python values: sums
+        (``(variant, payload)`` -> ``construct``) and arrays of records (dict of columns -> ``zip``)."""
+        manifest = getattr(self.library, "manifest", None)
+        types = getattr(self.library, "types", None)
+        t = manifest.types.get(type_name) if manifest is not None else None
+        if t is None or types is None:
+            return value
+        kind = types[type_name]
+        h = None
+        if getattr(t, "sum", None) is not None and _is_sum_value(value) and hasattr(kind, "construct"):
+            h = kind.construct(value[0], *value[1])
+        elif getattr(t, "record_array", None) is not None and isinstance(value, Mapping) and hasattr(kind, "zip"):
+            h = kind.zip(**value)
+        if h is None:
+            return value
+        temps.append(h)
+        return h
+
+    def __call__(self, case: Inputs) -> Any:
+        temps: list[Any] = []
+        try:
+            args = [self._arg(i.type, v, temps) for i, v in zip(self.ep.inputs, case.args)]
+            result = self.entry(*args)
+        finally:
+            for h in temps:
+                free = getattr(h, "free", None)
+                if callable(free):
+                    free()
+        try:
+            return to_numpy(result)
+        finally:
+            _free_all(result)
+
+
+class KernelTarget(Target):
+    """A ``pybridge.cuda`` Kernel launched as ``kernel(*args, grid=..., block=..., stream=...)``.
+
+    Pointer parameters are copied to the device (outputs too: they are in/out), scalars passed as
+    NumPy scalars; the non-const pointers are read back as the results. ``block`` (default 256) and
+    ``grid`` may be values or functions of the drawn sizes; the default grid covers the longest
+    array with one thread per element (``pybridge.cuda.grid_for``, which launches one block even
+    for empty arrays); a grid of 0 blocks skips the launch.
+    """
+
+    def __init__(
+        self,
+        kernel: Any,
+        *,
+        grid: Any = None,
+        block: Any = None,
+        stream: Any = None,
+        to_device: Callable[..., Any] | None = None,
+        grid_for: Callable[[int, int], Any] | None = None,
+    ):
+        self.kernel = kernel
+        self.signature = kernel.signature
+        self.grid, self.block, self.stream = grid, block, stream
+        # Injectable so the launch logic can be tested without a GPU; default: pybridge.cuda's.
+        self._to_device, self._grid_for = to_device, grid_for
+        self.name = f"CUDA kernel {getattr(self.signature, 'name', '?')!r}"
+
+    def spec(self, **kwargs: Any) -> InputSpec:
+        return spec_from_kernel(self.signature, **kwargs)
+
+    def __call__(self, case: Inputs) -> Any:
+        to_device, grid_for = self._to_device, self._grid_for
+        if to_device is None or grid_for is None:
+            from .. import cuda
+
+            to_device = to_device or cuda.to_device
+            grid_for = grid_for or cuda.grid_for
+        args: list[Any] = []
+        outs: list[Any] = []
+        longest = 0
+        for p, v in zip(self.signature.params, case.args):
+            if p.is_pointer:
+                arr = np.ascontiguousarray(v)
+                longest = max(longest, arr.size)
+                d = to_device(arr) if self.stream is None else to_device(arr, stream=self.stream)
+                args.append(d)
+                if not p.is_const:
+                    outs.append(d)
+            else:
+                args.append(v)
+        block = self.block(case.sizes) if callable(self.block) else (self.block or 256)
+        if self.grid is not None:
+            grid = self.grid(case.sizes) if callable(self.grid) else self.grid
+        else:
+            grid = grid_for(longest, block if isinstance(block, int) else int(np.prod(block)))
+        if grid != 0 and grid != (0,):
+            self.kernel(*args, grid=grid, block=block, stream=self.stream)
+        if self.stream is not None and hasattr(self.stream, "synchronize"):
+            self.stream.synchronize()
+        host = tuple(to_numpy(d) for d in outs)
+        return host[0] if len(host) == 1 else host
+
+
+def on_device(fn: Callable[..., Any], *, to_device: Callable[[np.ndarray], Any] | None = None) -> Callable[..., Any]:
+    """Wrap a function of device arrays (a ``pybridge.cuda.catalog`` operation, a CuPy function)
+    so it takes NumPy: array arguments are copied to the device, results read back.
+
+        check_against(reference_saxpy, on_device(catalog.cuda_saxpy), signature=...)
+    """
+
+    def wrapper(*args: Any) -> Any:
+        nonlocal to_device
+        if to_device is None:
+            from ..cuda import to_device as cuda_to_device
+
+            to_device = cuda_to_device
+        return to_numpy(fn(*(to_device(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else a for a in args)))
+
+    wrapper.__name__ = wrapper.__qualname__ = getattr(fn, "__name__", "on_device")
+    return wrapper
+
+
+def as_target(target: Any, **kwargs: Any) -> Target:
+    """Wrap a Futhark entry point, a CUDA Kernel, or a callable as a :class:`Target`."""
+    if isinstance(target, Target):
+        return target
+    from ..futhark.manifest import EntryPoint
+
+    if isinstance(getattr(target, "entry", None), EntryPoint):
+        return FutharkTarget(target)
+    sig = getattr(target, "signature", None)
+    if sig is not None and hasattr(sig, "params") and not isinstance(sig, InputSpec):
+        return KernelTarget(target, grid=kwargs.get("grid"), block=kwargs.get("block"), stream=kwargs.get("stream"))
+    if callable(target):
+        return CallableTarget(target, kwargs.get("spec"))
+    raise TypeError(f"cannot test {target!r}: expected a Futhark entry point, a CUDA Kernel or a callable")
+
+
+# ---------------------------------------------------------------- check_against
+
+def _strategy_from_inputs(given_inputs: Any) -> st.SearchStrategy[Inputs]:
+    """``inputs=``: a strategy of Inputs / dict / tuple, or a dict or sequence of strategies."""
+    if isinstance(given_inputs, Mapping):
+        return st.fixed_dictionaries(dict(given_inputs)).map(Inputs)
+    if isinstance(given_inputs, (list, tuple)):
+        return st.tuples(*given_inputs).map(lambda t: Inputs({f"arg{k}": v for k, v in enumerate(t)}))
+    if isinstance(given_inputs, st.SearchStrategy):
+        return given_inputs.map(_as_inputs)
+    raise TypeError("inputs= must be a strategy, a dict of strategies or a sequence of strategies")
+
+
+def _as_inputs(v: Any) -> Inputs:
+    if isinstance(v, Inputs):
+        return v
+    if isinstance(v, Mapping):
+        return Inputs(v)
+    if isinstance(v, tuple):
+        return Inputs({f"arg{k}": x for k, x in enumerate(v)})
+    return Inputs({"arg0": v})
+
+
+def check_against(
+    reference: Callable[..., Any],
+    target: Any,
+    *,
+    inputs: Any = None,
+    signature: str | InputSpec | Any = None,
+    sizes: Mapping[str, Any] | None = None,
+    shapes: Mapping[str, Any] | None = None,
+    source: Any = None,
+    min_size: int = 0,
+    max_size: int = 32,
+    extra_sizes: Iterable[int] = (),
+    max_elements: int = 1 << 22,
+    allow_nan: bool = False,
+    allow_infinity: bool = False,
+    allow_subnormal: bool = False,
+    min_value: float | None = None,
+    max_value: float | None = None,
+    ranges: Mapping[str, tuple[float | None, float | None]] | None = None,
+    elements: Mapping[str, Any] | None = None,
+    values: Mapping[str, Any] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    ulps: int | None = None,
+    reduction: bool | Callable[..., Any] = False,
+    equal_nan: bool = False,
+    check_dtype: bool = False,
+    grid: Any = None,
+    block: Any = None,
+    stream: Any = None,
+    examples: Iterable[Mapping[str, Any]] = (),
+    max_examples: int = 100,
+    settings: Settings | None = None,
+) -> None:
+    """Property-test ``target`` against ``reference`` on generated inputs; raise on a difference.
+
+    ``target``: a Futhark entry point (``lib.saxpy``), a ``pybridge.cuda`` Kernel, a
+    :class:`Target`, or any callable (then say what its inputs are: ``signature=`` with a Futhark
+    header or CUDA signature text, or ``inputs=`` strategies). ``reference`` is called with the
+    same arguments, as NumPy values, in parameter order, and returns the expected result(s) (for a
+    kernel-style signature it may instead fill the output arrays in place and return None).
+    Each side gets its own copy of the inputs.
+
+    Input options are those of :func:`pybridge.testing.strategies.inputs` plus ``sizes=`` /
+    ``shapes=`` / ``source=``; tolerance options are described in this module's docstring. On a
+    difference Hypothesis shrinks the case and re-raises :class:`MismatchError` (an
+    ``AssertionError``) whose message lists the mismatching indices and the inputs; its
+    ``.inputs`` is the minimal case.
+    """
+    if isinstance(signature, InputSpec):
+        spec: InputSpec | None = signature
+    elif isinstance(signature, str):
+        spec = spec_from_text(signature, sizes=sizes, shapes=shapes)
+    elif signature is not None:
+        spec = spec_from_kernel(signature, sizes=sizes, shapes=shapes)
+    else:
+        spec = None
+    tgt = as_target(target, grid=grid, block=block, stream=stream, spec=spec)
+    if spec is None and inputs is None:
+        if isinstance(tgt, FutharkTarget):
+            spec = tgt.spec(sizes=sizes, shapes=shapes, source=source)
+        else:
+            spec = tgt.spec(sizes=sizes, shapes=shapes)
+    if isinstance(tgt, CallableTarget) and tgt._spec is None:
+        tgt._spec = spec
+    ref = CallableTarget(reference, spec, name="reference")
+    if inputs is not None:
+        strategy = _strategy_from_inputs(inputs)
+    elif spec is not None:
+        strategy = inputs_strategy(
+            spec,
+            min_size=min_size,
+            max_size=max_size,
+            extra_sizes=extra_sizes,
+            max_elements=max_elements,
+            allow_nan=allow_nan,
+            allow_infinity=allow_infinity,
+            allow_subnormal=allow_subnormal,
+            min_value=min_value,
+            max_value=max_value,
+            ranges=ranges,
+            elements=elements,
+            values=values,
+        )
+    else:
+        raise TypeError(
+            f"{tgt.name} does not describe its inputs: pass signature='entry f [n] (xs: [n]f32) ...' "
+            "(or a CUDA signature), or inputs=<strategies>"
+        )
+    tol = Tolerance(rtol, atol, ulps, equal_nan, check_dtype)
+    what = tgt.name
+
+    def check_case(case: Inputs) -> None:
+        bound: Any = None
+        # Overflow to inf or 0/0 on either side is part of what is compared, not a warning.
+        with np.errstate(all="ignore"):
+            # The target first: when both sides fail on an input, the target's error is the news.
+            got = tgt(case.copy())
+            if reduction is True:
+                bound = _inputs_bound(case)
+            elif callable(reduction):
+                bound = reduction(*copy.deepcopy(case.args))
+            expected = ref(case.copy())
+        ms = compare(got, expected, tol, bound=bound)
+        if ms:
+            raise MismatchError(_message(what, ms, case), case, ms, got, expected)
+
+    run = given(case=strategy)(check_case)
+    # One minimal failure, not an ExceptionGroup of every distinct one Hypothesis met on the way.
+    run = (
+        settings
+        or Settings(
+            max_examples=max_examples,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+            report_multiple_bugs=False,
+        )
+    )(run)
+    for ex in examples:
+        run = example(case=_as_inputs(ex))(run)
+    # Hypothesis keys its example database on the test function; tell the checks apart.
+    key = f"{what}\0{spec.describe() if spec else ''}\0{getattr(reference, '__qualname__', '')}"
+    run.hypothesis.inner_test._hypothesis_internal_add_digest = hashlib.sha256(key.encode()).digest()  # type: ignore[attr-defined]
+    run()
+
+
+__all__ = [
+    "CallableTarget",
+    "DEFAULT_TOLERANCES",
+    "FutharkTarget",
+    "KernelTarget",
+    "Mismatch",
+    "MismatchError",
+    "Target",
+    "Tolerance",
+    "as_target",
+    "assert_close",
+    "check_against",
+    "compare",
+    "on_device",
+    "reduction_bound",
+    "to_numpy",
+    "ulp_distance",
+]

@@ -1,0 +1,298 @@
+"""A Hypothesis state machine over the lifecycle of a Futhark library's value handles.
+
+``handle_lifecycle_machine(lib)`` builds a ``RuleBasedStateMachine`` for any loaded library. It
+keeps a model (a NumPy copy and a state: live / freed / consumed) of every handle it made, and
+runs random sequences of:
+
+- create: ``lib.types["[]f32"].new(array)`` for each array-of-primitive type;
+- read: ``handle.numpy()`` (and ``handle[i]``) equals the model; the shape matches;
+- call: an entry point whose inputs are primitives and those array types, with live handles (of
+  fitting shapes) or new ones; the handles passed must stay live and unchanged; array results join
+  the pool, other results are read back and freed; a Futhark error (e.g. a size mismatch) is an
+  allowed outcome;
+- consume: an entry point with a unique (``*[]t``) parameter gets a live handle there; afterwards
+  the handle is consumed (the C API: also when the call failed);
+- free: ``handle.free()`` on any handle, live or not: idempotent;
+- misuse: reading a freed or consumed handle, or passing it to an entry point, raises
+  ``pybridge.futhark.InvalidHandleError`` and leaks nothing.
+
+Invariant: when the library can count its live values (``lib.live_values()`` is not None; the test
+fixtures export one), that count equals the baseline plus the model's live handles. Teardown frees
+everything and checks the count is back to the baseline.
+
+    HandleMachine = handle_lifecycle_machine(lib)
+    TestHandles = HandleMachine.TestCase
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+from hypothesis import HealthCheck, settings as Settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import array_shapes, arrays
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from .compare import to_numpy
+from .strategies import PrimSpec, elements, entry_spec, inputs
+
+
+@dataclass
+class Tracked:
+    """One handle the machine made, with what it should hold and whether it may be used."""
+
+    handle: Any
+    type_name: str
+    model: np.ndarray
+    state: str = "live"  # "live", "freed" or "consumed"
+    origin: str = ""
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name} {self.model.shape} {self.state} from {self.origin}>"
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+
+
+def handle_lifecycle_machine(
+    lib: Any,
+    *,
+    types: Iterable[str] | None = None,
+    entries: Iterable[str] | None = None,
+    max_size: int = 8,
+    ranges: Mapping[str, tuple[float | None, float | None]] | None = None,
+    settings: Settings | None = None,
+) -> type[RuleBasedStateMachine]:
+    """A state machine class for ``lib`` (a loaded ``pybridge.futhark`` library).
+
+    ``types``: the array types to create (default: every array type in the manifest);
+    ``entries``: the entry points to call (default: every one whose non-primitive inputs are among
+    ``types``); ``max_size``: the largest dimension of created arrays; ``ranges``: bounds for
+    scalar inputs as ``{"entry.param": (lo, hi)}`` (integer scalars default to [-2, 2*max_size]
+    so that sizes and iteration counts stay small; floats to ±1e6); ``settings``: Hypothesis
+    settings of the ``TestCase`` (default: 50 examples, deadline off).
+    """
+    from ..futhark import FutharkError, InvalidHandleError
+    from ..futhark.manifest import ArrayType
+    from ..futhark.types import PRIMITIVES as _PRIMS
+
+    manifest = lib.manifest
+    all_arrays = {n for n, t in manifest.types.items() if isinstance(t, ArrayType)}
+    creatable = sorted(all_arrays if types is None else set(types))
+    unknown = set(creatable) - all_arrays
+    if unknown:
+        raise ValueError(f"types {sorted(unknown)} are not array types of {lib!r}")
+    if not creatable:
+        raise ValueError(f"{lib!r} has no array types: nothing to create handles of")
+
+    def usable(name: str) -> bool:
+        return all(i.type in creatable or i.type in _PRIMS for i in manifest.entry_points[name].inputs)
+
+    names = sorted(manifest.entry_points) if entries is None else list(entries)
+    missing = [n for n in names if n not in manifest.entry_points]
+    if missing:
+        raise ValueError(f"entries {missing} are not entry points of {lib!r}")
+    names = [n for n in names if usable(n)]
+    plain = [n for n in names if not any(i.unique for i in manifest.entry_points[n].inputs)]
+    consuming = [n for n in names if any(i.unique for i in manifest.entry_points[n].inputs)]
+    user_ranges = dict(ranges or {})
+
+    def entry_strategy(name: str) -> st.SearchStrategy[Any]:
+        spec = entry_spec(lib.entry_points[name])
+        r: dict[str, tuple[float | None, float | None]] = {}
+        for p in spec.params:
+            if isinstance(p.spec, PrimSpec) and p.spec.bound is None and p.spec.dtype.kind in "iu":
+                r[p.name] = (-2, 2 * max_size)
+        for key, value in user_ranges.items():
+            entry_name, _, param = key.partition(".")
+            if entry_name == name:
+                r[param] = value
+        return inputs(spec, max_size=max_size, min_value=-1e6, max_value=1e6, ranges=r)
+
+    strategies = {n: entry_strategy(n) for n in plain + consuming}
+    array_infos = {n: manifest.types[n] for n in creatable}
+
+    class HandleMachine(RuleBasedStateMachine):
+        library = lib
+
+        def __init__(self) -> None:
+            super().__init__()
+            gc.collect()  # handles of earlier examples must not be freed by the GC mid-run
+            self.tracked: list[Tracked] = []
+            self.base = lib.live_values()
+
+        # -- helpers
+        def live(self, type_name: str | None = None) -> list[Tracked]:
+            return [t for t in self.tracked if t.state == "live" and (type_name is None or t.type_name == type_name)]
+
+        def dead(self) -> list[Tracked]:
+            return [t for t in self.tracked if t.state != "live"]
+
+        def new_handle(self, type_name: str, arr: np.ndarray, origin: str) -> Tracked:
+            h = lib.types[type_name].new(arr)
+            t = Tracked(h, type_name, arr.copy(), origin=origin)
+            self.tracked.append(t)
+            return t
+
+        def check_read(self, t: Tracked) -> None:
+            got = t.handle.numpy()
+            assert _same(got, t.model), f"{t!r}: read back {got!r}, model {t.model!r}"
+            assert tuple(t.handle.shape) == t.model.shape
+
+        def take_results(self, name: str, result: Any) -> None:
+            outs = manifest.entry_points[name].outputs
+            values = result if len(outs) > 1 else (result,)
+            for o, v in zip(outs, values):
+                if o.type in creatable and hasattr(v, "numpy"):
+                    self.tracked.append(Tracked(v, o.type, v.numpy(), origin=f"result of {name}"))
+                else:
+                    to_numpy(v)  # reading must work; then let it go
+                    free = getattr(v, "free", None)
+                    if callable(free):
+                        free()
+
+        def call(self, data: st.DataObject, name: str, chosen: Tracked | None) -> None:
+            ep = lib.entry_points[name]
+            info = manifest.entry_points[name]
+            case = data.draw(strategies[name], label=f"{name} inputs")
+            reserved = {id(chosen)} if chosen is not None else set()
+            args: list[Any] = []
+            passed: list[tuple[Tracked, bool]] = []
+            first_unique = True
+            for inp, v in zip(info.inputs, case.args):
+                if inp.type not in creatable:
+                    args.append(v)
+                    continue
+                if inp.unique and chosen is not None and first_unique:
+                    t = chosen
+                    first_unique = False
+                else:
+                    fits = [x for x in self.live(inp.type) if x.model.shape == v.shape and id(x) not in reserved]
+                    if fits and not inp.unique and data.draw(st.booleans(), label="reuse a handle"):
+                        t = data.draw(st.sampled_from(fits), label="handle")
+                    else:
+                        t = self.new_handle(inp.type, v, origin=f"argument of {name}")
+                    if inp.unique:
+                        reserved.add(id(t))
+                args.append(t.handle)
+                passed.append((t, inp.unique))
+            try:
+                result = ep(*args)
+            except FutharkError:
+                result = None  # e.g. sizes that do not match: an allowed outcome
+            for t, unique in passed:
+                if unique:
+                    t.state = "consumed"  # also after a failed call: the C API says so
+            for t, unique in passed:
+                if not unique:
+                    assert t.handle.valid, f"{t!r} became invalid after a call to {name}"
+                    self.check_read(t)
+            if result is not None:
+                self.take_results(name, result)
+
+        # -- rules
+        @rule(data=st.data(), type_name=st.sampled_from(creatable))
+        def create(self, data: st.DataObject, type_name: str) -> None:
+            info = array_infos[type_name]
+            dtype = np.dtype(_PRIMS[info.elemtype].dtype)
+            shape = data.draw(array_shapes(min_dims=info.rank, max_dims=info.rank, min_side=0, max_side=max_size))
+            arr = data.draw(arrays(dtype, shape, elements=elements(dtype)), label="array")
+            self.new_handle(type_name, arr, origin="new")
+
+        @precondition(lambda self: bool(self.live()))
+        @rule(data=st.data())
+        def read(self, data: st.DataObject) -> None:
+            t = data.draw(st.sampled_from(self.live()), label="handle")
+            self.check_read(t)
+            if t.model.size:
+                idx = tuple(data.draw(st.integers(0, n - 1), label="index") for n in t.model.shape)
+                got = t.handle[idx]
+                want = t.model[idx]
+                assert got == want or (np.isnan(want) and np.isnan(got)), f"{t!r}[{idx}] = {got}, model {want}"
+
+        @precondition(lambda self: bool(self.tracked))
+        @rule(data=st.data())
+        def free(self, data: st.DataObject) -> None:
+            t = data.draw(st.sampled_from(self.tracked), label="handle")
+            t.handle.free()  # on a freed or consumed handle: a no-op
+            if t.state == "live":
+                t.state = "freed"
+            assert not t.handle.valid
+
+        @precondition(lambda self: bool(self.dead()))
+        @rule(data=st.data())
+        def misuse(self, data: st.DataObject) -> None:
+            t = data.draw(st.sampled_from(self.dead()), label="invalid handle")
+            try:
+                t.handle.numpy()
+            except InvalidHandleError:
+                pass
+            else:
+                raise AssertionError(f"reading {t!r} did not raise InvalidHandleError")
+            users = [n for n in plain + consuming if any(i.type == t.type_name for i in manifest.entry_points[n].inputs)]
+            if users:
+                name = data.draw(st.sampled_from(users), label="entry point")
+                info = manifest.entry_points[name]
+                case = data.draw(strategies[name], label=f"{name} inputs")
+                args = [t.handle if i.type == t.type_name else v for i, v in zip(info.inputs, case.args)]
+                try:
+                    lib.entry_points[name](*args)
+                except InvalidHandleError:
+                    pass
+                else:
+                    raise AssertionError(f"{name} accepted {t!r}")
+
+        if plain:
+
+            @rule(data=st.data(), name=st.sampled_from(plain))
+            def call_entry(self, data: st.DataObject, name: str) -> None:
+                self.call(data, name, None)
+
+        if consuming:
+
+            @precondition(
+                lambda self: any(
+                    self.live(i.type) for n in consuming for i in manifest.entry_points[n].inputs if i.unique
+                )
+            )
+            @rule(data=st.data())
+            def consume(self, data: st.DataObject) -> None:
+                options = [
+                    (n, t)
+                    for n in consuming
+                    for i in manifest.entry_points[n].inputs
+                    if i.unique
+                    for t in self.live(i.type)
+                ]
+                name, t = data.draw(st.sampled_from(options), label="entry point and handle")
+                self.call(data, name, t)
+                assert t.state == "consumed"
+
+        @invariant()
+        def live_values_match(self) -> None:
+            if self.base is None:
+                return
+            count = lib.live_values()
+            want = self.base + len(self.live())
+            assert count == want, f"library has {count} live values, model says {want} ({self.tracked})"
+
+        def teardown(self) -> None:
+            for t in self.tracked:
+                t.handle.free()
+                t.state = "freed" if t.state == "live" else t.state
+            if self.base is not None:
+                count = lib.live_values()
+                assert count == self.base, f"{count - self.base} value(s) leaked after freeing everything"
+
+    HandleMachine.__name__ = HandleMachine.__qualname__ = f"HandleMachine_{getattr(lib.path, 'stem', 'lib')}"
+    HandleMachine.TestCase.settings = settings or Settings(
+        max_examples=50, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    return HandleMachine
+
+
+__all__ = ["Tracked", "handle_lifecycle_machine"]
