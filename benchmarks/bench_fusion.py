@@ -2,8 +2,13 @@
 
 Rows: Futhark (futhark/chain.fut on the cuda backend: Futhark fuses the N maps into one kernel),
 our hand-written fused kernel (kernels_cu/chain.cu `chain`, one launch), the same op launched N
-times (`chain_step`), and eager CuPy / PyTorch (two kernels per op: multiply, add). Each timing is
-the median wall time of call + device sync after warm-up, data resident on the GPU throughout.
+times (`chain_step`), and eager CuPy / PyTorch (two kernels per op: multiply, add). Data stays
+resident on the GPU throughout; pybridge writes into a preallocated output (``out=``), as CuPy's
+pool, PyTorch's caching allocator and Futhark's free list reuse memory too. Two tables, both
+medians after warm-up: wall time of call + device sync (what a Python caller waits for), and
+device time between CUDA events on the primary context's legacy default stream (pybridge.cuda, CuPy
+and PyTorch all launch there; Futhark runs in a context of its own, whose streams those events do
+not see, so its device column is left empty).
 
     python benchmarks/bench_fusion.py [--sizes 1024 16777216] [--plot fusion.png]
 """
@@ -33,9 +38,15 @@ def main() -> None:
     ap.add_argument("--plot", default=os.path.join(os.environ.get("OUT", "."), "fusion.png"))
     ns = ap.parse_args()
     results: dict[tuple[str, int], list[float]] = {}
+    device: dict[tuple[str, int], list[float]] = {}
 
-    def record(name: str, size: int, t: bench.Timing | None) -> None:
-        results.setdefault((name, size), []).append(t.median_us if t else float("nan"))
+    def record(name: str, size: int, fn, sync, own_context: bool = False) -> None:
+        t = bench.time_host(fn, sync, warmup=3, repeat=30)
+        results.setdefault((name, size), []).append(t.median_us)
+        if own_context:  # events in the primary context do not see another context's streams
+            device.setdefault((name, size), []).append(float("nan"))
+        elif events:
+            device.setdefault((name, size), []).append(bench.time_cuda_events(fn, None, warmup=3, repeat=30).median_us)
 
     fut = None
     try:
@@ -59,6 +70,7 @@ def main() -> None:
     except Exception as e:
         catalog = None
         print(f"pybridge.cuda not available: {e}")
+    events = catalog is not None  # CUDA events through PyCUDA, in pybridge.cuda's context
 
     for size in ns.sizes:
         x = np.random.default_rng(0).random(size, dtype=np.float32)
@@ -66,29 +78,31 @@ def main() -> None:
         cx = cp.asarray(x) if cp is not None else None
         tx = torch.from_numpy(x).cuda() if torch is not None else None
         dx = cuda.to_device(x) if catalog else None
+        dout = cuda.empty(size, np.float32) if catalog else None
         for n in NS:
             if fut:
                 fn = fut.entry_points[f"chain{n}"]
-                record("Futhark chainN (fused by Futhark)", size, bench.time_host(lambda: fn(hx).free(), fut.sync, warmup=3, repeat=30))
+                record("Futhark chainN (fused by Futhark)", size, lambda: fn(hx).free(), fut.sync, own_context=True)
             if catalog:
                 sync = drv.Context.synchronize
-                record("pybridge.cuda fused kernel", size, bench.time_host(lambda: catalog.cuda_chain(dx, n), sync, repeat=30))
-                record("pybridge.cuda N launches", size, bench.time_host(lambda: catalog.cuda_chain_unfused(dx, n), sync, repeat=30))
+                record("pybridge.cuda fused kernel", size, lambda: catalog.cuda_chain(dx, n, dout), sync)
+                record("pybridge.cuda N launches", size, lambda: catalog.cuda_chain_unfused(dx, n, dout), sync)
             if cp is not None:
-                sync = cp.cuda.Device().synchronize
-                record("CuPy eager (2 kernels/op)", size, bench.time_host(
-                    lambda: eager_chain(cx, n, lambda v, k: v * A + np.float32(k) * np.float32(0.001)), sync, repeat=30))
+                record("CuPy eager (2 kernels/op)", size,
+                       lambda: eager_chain(cx, n, lambda v, k: v * A + np.float32(k) * np.float32(0.001)),
+                       cp.cuda.Device().synchronize)
             if torch is not None:
-                record("PyTorch eager (2 kernels/op)", size, bench.time_host(
-                    lambda: eager_chain(tx, n, lambda v, k: v * 1.0001 + k * 0.001), torch.cuda.synchronize, repeat=30))
+                record("PyTorch eager (2 kernels/op)", size,
+                       lambda: eager_chain(tx, n, lambda v, k: v * 1.0001 + k * 0.001), torch.cuda.synchronize)
 
     names = sorted({k[0] for k in results})
-    for size in ns.sizes:
-        print(f"\nchain of N elementwise ops, {size} f32 elements: median µs per call (incl. sync)")
-        print(f"{'':34}" + "".join(f"{'N=' + str(n):>9}" for n in NS))
-        for name in names:
-            vals = results.get((name, size), [])
-            print(f"{name:34}" + "".join(f"{v:9.1f}" for v in vals))
+    for table, what in ((results, "wall µs per call, incl. sync"), (device, "device µs per call, CUDA events")):
+        for size in ns.sizes if table else ():
+            print(f"\nchain of N elementwise ops, {size} f32 elements: median {what}")
+            print(f"{'':34}" + "".join(f"{'N=' + str(n):>9}" for n in NS))
+            for name in names:
+                vals = table.get((name, size), [])
+                print(f"{name:34}" + "".join(f"{v:9.1f}" for v in vals))
     try:
         import matplotlib
 

@@ -1,23 +1,29 @@
-"""The programs in futhark/*.fut, run through pybridge.futhark, against the NumPy references and
-tolerance rules of the example catalog (pybridge/examples.py).
+"""The programs in futhark/*.fut, run through pybridge.futhark, property-tested with
+pybridge.testing.check_against against the NumPy references and tolerance rules of the example
+catalog (pybridge/examples.py).
 
-Each test needs ``build/futhark/<backend>/lib<prog>.so`` and skips, saying how to build it, where
-it is missing (``make futhark FUTHARK_BACKEND=<backend>`` with the Futhark compiler on PATH).
-Backends: c and multicore; cuda as well, marked ``gpu``.
+Inputs come from each entry point's manifest and its header in futhark/<prog>.fut (so ``[n]``
+shared between parameters, and size parameters such as ``nbins`` or ``w``/``h``, are honoured);
+the catalog's demo inputs at sizes 0, 1, 1000 and 65536 (1 and 1000 for the bounds checks) run as
+explicit examples of every property test. Each test needs ``build/futhark/<backend>/lib<prog>.so``
+and skips, saying how to build it, where it is missing (``make futhark FUTHARK_BACKEND=<backend>``
+with the Futhark compiler on PATH). Backends: c and multicore; cuda as well, marked ``gpu``.
 """
 
 from __future__ import annotations
 
 import math
+import re
+from typing import Any, Iterable
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 
 from pybridge import examples as E
 from pybridge.paths import find_build_file
+from pybridge.testing import check_against, elements, to_numpy
 
 pytestmark = pytest.mark.futhark
 
@@ -27,9 +33,10 @@ BACKENDS = [
     pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
 ]
 
-# Module-scoped fixtures feed @given tests; that is safe here (a library is not per-example state).
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FEW = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], report_multiple_bugs=False
+)
+FEW = settings(SETTINGS, max_examples=10)
 
 f32 = np.float32
 
@@ -78,12 +85,6 @@ mandelbrot_lib = _program("mandelbrot")
 chain_lib = _program("chain")
 bounds_lib = _program("bounds")
 
-LIB_FIXTURES = {
-    "saxpy": "saxpy_lib", "dot": "dot_lib", "stats": "stats_lib", "scan": "scan_lib",
-    "matmul": "matmul_lib", "histogram": "histogram_lib", "mandelbrot": "mandelbrot_lib",
-    "chain": "chain_lib", "bounds": "bounds_lib",
-}
-
 
 @pytest.fixture(scope="module")
 def pf():
@@ -92,48 +93,48 @@ def pf():
     return pf
 
 
-def run(lib, name: str, *args):
-    """Call the example's Futhark entry point and check the result against the catalog."""
+# ------------------------------------------------------------------------------------------------
+# the catalog's references, rules and demo inputs through check_against
+# ------------------------------------------------------------------------------------------------
+
+DEMO_SIZES = (0, 1, 1000, 65_536)
+
+
+def demo_examples(name: str, sizes: Iterable[int] = DEMO_SIZES, *, bad: bool = False) -> list[dict[str, Any]]:
+    """The catalog's deterministic inputs (``make_bad_inputs`` with ``bad``) at ``sizes``, as
+    explicit examples for check_against (a dict per call, in parameter order)."""
     ex = E.get(name)
-    src = ex.source("futhark")
-    out = getattr(lib, src.entry)(*args)
-    result = ex.check(args, out, source=src)
-    assert result.ok, f"{name}{tuple(np.shape(a) for a in args)}: {result.message}"
-    return out
+    make = ex.make_bad_inputs if bad else ex.make_inputs
+    assert make is not None, f"{name} has no {'bad ' if bad else ''}inputs in the catalog"
+    return [dict(zip(ex.arg_names, make(np.random.default_rng(s), s))) for s in sizes]
 
 
-# ------------------------------------------------------------------------------------------------
-# strategies
-# ------------------------------------------------------------------------------------------------
+def entry(lib: Any, name: str) -> Any:
+    """The Futhark entry point of catalog example ``name`` in ``lib``."""
+    return getattr(lib, E.get(name).source("futhark").entry)
 
 
-def floats32(lo=-1e3, hi=1e3):
-    return st.floats(lo, hi, width=32, allow_nan=False, allow_infinity=False)
+def check_example(name: str, lib: Any, *, demo_sizes: Iterable[int] = DEMO_SIZES, examples=(), **options: Any) -> None:
+    """check_against(the catalog's reference, the entry point) under the catalog's tolerance rule
+    (its reasoning is in pybridge/examples.py, at the example), with the demo inputs as examples."""
+    ex = E.get(name)
+    options.setdefault("settings", SETTINGS)
+    check_against(ex.reference, entry(lib, name), rule=ex.tolerance,
+                  examples=[*demo_examples(name, demo_sizes), *examples], **options)
 
 
-def f32_vec(max_size=300, lo=-1e3, hi=1e3):
-    return hnp.arrays(np.float32, st.integers(0, max_size), elements=floats32(lo, hi))
-
-
-@st.composite
-def same_length(draw, dtype, elements, max_size=300):
-    n = draw(st.integers(0, max_size))
-    return draw(hnp.arrays(dtype, n, elements=elements)), draw(hnp.arrays(dtype, n, elements=elements))
-
-
-# ------------------------------------------------------------------------------------------------
-# every catalogued entry point on its demo inputs
-# ------------------------------------------------------------------------------------------------
-
+#: The catalogued entry points that have a property test below (test_every_entry_point_is_tested).
+PROPERTY_TESTED = frozenset(
+    {"saxpy", "dot", "dot_f64", "sum", "stats", "prefix_sum", "prefix_sum_i64", "matmul", "histogram",
+     "mandelbrot", "index_at", "checked_sqrt", *(f"chain{n}" for n in E.CHAIN_LENGTHS)}
+)
 FUTHARK_EXAMPLES = [n for n, e in E.EXAMPLES.items() if e.source("futhark") is not None]
 
 
-@pytest.mark.parametrize("name", FUTHARK_EXAMPLES)
-def test_demo_inputs(name, backend, request):
-    ex = E.get(name)
-    lib = request.getfixturevalue(LIB_FIXTURES[ex.source("futhark").library])
-    for size in (0, 1, 1000, 65_536) if name not in ("checked_sqrt", "index_at") else (1, 1000):
-        run(lib, name, *ex.inputs(size=size, seed=size))
+def test_every_entry_point_is_tested() -> None:
+    """Every catalogued futhark/ entry point has a property test here (its demo inputs run there)."""
+    missing = sorted(set(FUTHARK_EXAMPLES) - PROPERTY_TESTED)
+    assert not missing, f"catalogued Futhark entry points without a property test: {missing}"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -141,11 +142,9 @@ def test_demo_inputs(name, backend, request):
 # ------------------------------------------------------------------------------------------------
 
 
-@SETTINGS
-@given(a=floats32(), xy=same_length(np.float32, floats32()))
-def test_saxpy(saxpy_lib, a, xy):
-    out = run(saxpy_lib, "saxpy", f32(a), *xy)
-    assert out.shape == xy[0].shape
+def test_saxpy(saxpy_lib):
+    # xs and ys share the size n of `entry saxpy [n]`; the result's shape is checked by the rule.
+    check_example("saxpy", saxpy_lib, min_value=-1e3, max_value=1e3, max_size=300)
 
 
 def test_saxpy_length_mismatch(saxpy_lib, pf):
@@ -153,35 +152,29 @@ def test_saxpy_length_mismatch(saxpy_lib, pf):
         saxpy_lib.saxpy(f32(1), np.zeros(3, f32), np.zeros(4, f32))
 
 
-@SETTINGS
-@given(xy=same_length(np.float32, floats32()))
-def test_dot(dot_lib, xy):
-    out = run(dot_lib, "dot", *xy)
-    assert isinstance(out, np.float32)
+def test_dot(dot_lib):
+    check_example("dot", dot_lib, min_value=-1e3, max_value=1e3, max_size=300)
+    assert isinstance(dot_lib.dot(np.ones(3, f32), np.ones(3, f32)), np.float32)  # a NumPy scalar
 
 
-@SETTINGS
-@given(xy=same_length(np.float64, st.floats(-1e6, 1e6)))
-def test_dot_f64(dot_lib, xy):
-    out = run(dot_lib, "dot_f64", *xy)
-    assert isinstance(out, np.float64)
+def test_dot_f64(dot_lib):
+    check_example("dot_f64", dot_lib, min_value=-1e6, max_value=1e6, max_size=300)
+    assert isinstance(dot_lib.dot_f64(np.ones(3), np.ones(3)), np.float64)
 
 
-@SETTINGS
-@given(xs=f32_vec())
-def test_sum(dot_lib, xs):
-    run(dot_lib, "sum", xs)
+def test_sum(dot_lib):
+    check_example("sum", dot_lib, min_value=-1e3, max_value=1e3, max_size=300)
+    assert isinstance(dot_lib.sum(np.ones(3, f32)), np.float32)
 
 
-@SETTINGS
-@given(xy=same_length(np.float32, st.integers(-100, 100).map(float), max_size=1000))
-def test_dot_and_sum_exact_on_integers(dot_lib, xy):
+def test_dot_and_sum_exact_on_integers(dot_lib):
     # |products| <= 1e4 and |partial sums| <= 1e7 < 2**24: every order of summation is exact, so
-    # a dropped or doubled element cannot hide inside the worst-case tolerance.
-    xs, ys = xy
-    exact_dot = f32(int(np.dot(xs.astype(np.int64), ys.astype(np.int64))))
-    assert dot_lib.dot(xs, ys) == exact_dot
-    assert dot_lib.sum(xs) == f32(int(xs.astype(np.int64).sum()))
+    # a dropped or doubled element cannot hide inside the worst-case tolerance: ulps=0 (exact).
+    ints = st.integers(-100, 100).map(float)
+    exact = dict(ulps=0, check_dtype=True, max_size=1000, settings=SETTINGS)
+    check_against(lambda xs, ys: f32(int(np.dot(xs.astype(np.int64), ys.astype(np.int64)))), dot_lib.dot,
+                  elements={"xs": ints, "ys": ints}, **exact)
+    check_against(lambda xs: f32(int(xs.astype(np.int64).sum())), dot_lib.sum, elements={"xs": ints}, **exact)
 
 
 def test_dot_length_mismatch(dot_lib, pf):
@@ -194,14 +187,23 @@ def test_dot_length_mismatch(dot_lib, pf):
 # ------------------------------------------------------------------------------------------------
 
 
-@SETTINGS
-@given(xs=hnp.arrays(np.float64, st.integers(0, 300), elements=st.floats(-1e6, 1e6)))
-def test_stats(stats_lib, xs):
-    r = run(stats_lib, "stats", xs)
-    if xs.size:
-        np.testing.assert_allclose(r.std, np.std(xs), rtol=1e-9, atol=1e-9 * (1 + np.abs(xs).max()))
-    else:
-        assert r.sum == 0 and math.isnan(r.mean) and math.isnan(r.std)
+def test_stats(stats_lib):
+    # The catalog's rule bounds each field; for n = 0 it wants sum exactly 0 and NaN mean and std.
+    check_example("stats", stats_lib, min_value=-1e6, max_value=1e6, max_size=300)
+
+    # And std against np.std, a reference independent of the catalog's:
+    # |got - np.std| <= 1e-9*|np.std| + 1e-9*(1 + max|x|) (the input-dependent absolute part is
+    # given through reduction=, which takes the allowed error as a function of the inputs).
+    def std(xs):
+        r = stats_lib.stats(xs)
+        try:
+            return to_numpy(r)["std"]
+        finally:
+            r.free()
+
+    check_against(np.std, std, signature="entry std [n] (xs: [n]f64) : f64", min_size=1, max_size=300,
+                  min_value=-1e6, max_value=1e6, rtol=1e-9, reduction=lambda xs: 1e-9 * (1 + np.abs(xs).max()),
+                  settings=SETTINGS)
 
 
 def test_stats_is_population_std(stats_lib):
@@ -214,17 +216,13 @@ def test_stats_is_population_std(stats_lib):
 # ------------------------------------------------------------------------------------------------
 
 
-@SETTINGS
-@given(xs=f32_vec(max_size=500))
-def test_prefix_sum(scan_lib, xs):
-    out = run(scan_lib, "prefix_sum", xs)
-    assert out.shape == xs.shape
+def test_prefix_sum(scan_lib):
+    check_example("prefix_sum", scan_lib, min_value=-1e3, max_value=1e3, max_size=500)
 
 
-@SETTINGS
-@given(xs=hnp.arrays(np.int64, st.integers(0, 500)))
-def test_prefix_sum_i64_wraps(scan_lib, xs):
-    run(scan_lib, "prefix_sum_i64", xs)
+def test_prefix_sum_i64_wraps(scan_lib):
+    # Values from all of i64: the sums wrap, on both sides alike (rule: exact).
+    check_example("prefix_sum_i64", scan_lib, max_size=500)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -232,14 +230,9 @@ def test_prefix_sum_i64_wraps(scan_lib, xs):
 # ------------------------------------------------------------------------------------------------
 
 
-@SETTINGS
-@given(dims=st.tuples(st.integers(0, 24), st.integers(0, 24), st.integers(0, 24)), data=st.data())
-def test_matmul(matmul_lib, dims, data):
-    n, m, p = dims
-    a = data.draw(hnp.arrays(np.float32, (n, m), elements=floats32(-100, 100)))
-    b = data.draw(hnp.arrays(np.float32, (m, p), elements=floats32(-100, 100)))
-    out = run(matmul_lib, "matmul", a, b)
-    assert out.shape == (n, p)
+def test_matmul(matmul_lib):
+    # n, m, p from `entry matmul [n] [m] [p] (a: [n][m]f32) (b: [m][p]f32)`, each in 0..24.
+    check_example("matmul", matmul_lib, min_value=-100, max_value=100, max_size=24)
 
 
 def test_matmul_identity_and_mismatch(matmul_lib, pf):
@@ -254,17 +247,14 @@ def test_matmul_identity_and_mismatch(matmul_lib, pf):
 # ------------------------------------------------------------------------------------------------
 
 
-@SETTINGS
-@given(
-    nbins=st.integers(0, 300),
-    xs=hnp.arrays(
-        np.int32, st.integers(0, 1000),
-        elements=st.one_of(st.integers(-20, 320), st.integers(-(2**31), 2**31 - 1)),
-    ),
-)
-def test_histogram(histogram_lib, nbins, xs):
-    out = run(histogram_lib, "histogram", np.int64(nbins), xs)
-    assert out.shape == (nbins,)
+def test_histogram(histogram_lib):
+    # nbins sizes the result ([nbins]i32), so it is drawn like a size; values mostly near the bins
+    # (both sides of [0, nbins)), sometimes anywhere in i32.
+    check_example(
+        "histogram", histogram_lib,
+        ranges={"nbins": (0, 300), "n": (0, 1000)},
+        elements={"xs": st.one_of(st.integers(-20, 320), elements(np.int32))},
+    )
 
 
 def test_histogram_ignores_out_of_range(histogram_lib):
@@ -277,17 +267,14 @@ def test_histogram_ignores_out_of_range(histogram_lib):
 # ------------------------------------------------------------------------------------------------
 
 
-@FEW
-@given(
-    w=st.integers(0, 40), h=st.integers(0, 40),
-    x0=floats32(-2.5, 1.0), y0=floats32(-1.5, 1.5),
-    dx=floats32(-0.125, 0.125), dy=floats32(-0.125, 0.125),
-    max_iter=st.integers(-2, 100),
-)
-def test_mandelbrot(mandelbrot_lib, w, h, x0, y0, dx, dy, max_iter):
-    out = run(mandelbrot_lib, "mandelbrot", np.int64(w), np.int64(h), f32(x0), f32(y0), f32(dx),
-              f32(dy), np.int32(max_iter))
-    assert out.shape == (h, w)
+def test_mandelbrot(mandelbrot_lib):
+    # w and h size the result ([h][w]i32): drawn like sizes, in 0..40.
+    check_example(
+        "mandelbrot", mandelbrot_lib,
+        ranges={"w": (0, 40), "h": (0, 40), "x0": (-2.5, 1.0), "y0": (-1.5, 1.5),
+                "dx": (-0.125, 0.125), "dy": (-0.125, 0.125), "max_iter": (-2, 100)},
+        settings=FEW,
+    )
 
 
 def test_mandelbrot_known_points(mandelbrot_lib):
@@ -305,12 +292,7 @@ def test_mandelbrot_known_points(mandelbrot_lib):
 
 @pytest.mark.parametrize("n", E.CHAIN_LENGTHS)
 def test_chain(chain_lib, n):
-    @FEW
-    @given(xs=f32_vec(max_size=200, lo=-100, hi=100))
-    def check(xs):
-        run(chain_lib, f"chain{n}", xs)
-
-    check()
+    check_example(f"chain{n}", chain_lib, min_value=-100, max_value=100, max_size=200, settings=FEW)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -318,13 +300,24 @@ def test_chain(chain_lib, n):
 # ------------------------------------------------------------------------------------------------
 
 
-@SETTINGS
-@given(data=st.data())
-def test_index_at(bounds_lib, data):
-    xs = data.draw(f32_vec(max_size=50))
-    assume(xs.size > 0)
-    i = data.draw(st.integers(0, xs.size - 1))
-    run(bounds_lib, "index_at", xs, np.int64(i))
+def test_index_at(bounds_lib):
+    check_example(
+        "index_at", bounds_lib, demo_sizes=(1, 1000), min_size=1, max_size=50, min_value=-1e3, max_value=1e3,
+        values={"i": lambda s: st.integers(0, s["xs[0]"] - 1).map(np.int64)},
+    )
+
+
+def test_index_at_fails_exactly_out_of_bounds(bounds_lib, pf):
+    # Where the reference raises (i outside [0, n), n = 0 included), the entry point must fail
+    # Futhark's bounds check with a ProgramError, and nowhere else.
+    check_example(
+        "index_at", bounds_lib, demo_sizes=(1, 1000), max_size=50, min_value=-1e3, max_value=1e3,
+        values={"i": lambda s: st.one_of(
+            st.integers(-3, s["xs[0]"] + 3), st.sampled_from([2**40, -(2**40), 2**63 - 1, -(2**63)])
+        ).map(np.int64)},
+        errors=pf.ProgramError, error_match=re.escape(E.get("index_at").error_substring),
+        examples=demo_examples("index_at", (1, 1000), bad=True),
+    )
 
 
 @pytest.mark.parametrize("i", [4, 10, -1, 2**40])
@@ -337,10 +330,19 @@ def test_index_at_out_of_bounds(bounds_lib, pf, i):
     assert bounds_lib.index_at(xs, np.int64(2)) == f32(2)  # the context still works
 
 
-@SETTINGS
-@given(x=st.floats(0, 1e300))
-def test_checked_sqrt(bounds_lib, x):
-    run(bounds_lib, "checked_sqrt", np.float64(x))
+def test_checked_sqrt(bounds_lib):
+    check_example("checked_sqrt", bounds_lib, demo_sizes=(1, 1000), ranges={"x": (0, 1e300)}, allow_subnormal=True)
+
+
+def test_checked_sqrt_fails_exactly_below_zero(bounds_lib, pf):
+    # Any f64 (NaN, infinities and subnormals too): the assertion fails iff not x >= 0.
+    check_example(
+        "checked_sqrt", bounds_lib, demo_sizes=(1, 1000),
+        allow_nan=True, allow_infinity=True, allow_subnormal=True,
+        errors=pf.ProgramError, error_match=re.escape(E.get("checked_sqrt").error_substring),
+        examples=[*demo_examples("checked_sqrt", (1, 1000), bad=True),
+                  *({"x": np.float64(x)} for x in (-1.0, -1e-300, -math.inf, math.nan, -0.0, math.inf))],
+    )
 
 
 @pytest.mark.parametrize("x", [-1.0, -1e-300, -math.inf, math.nan])

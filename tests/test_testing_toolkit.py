@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, find, given, settings
 from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
 
 from pybridge.futhark.manifest import load_manifest
 from pybridge.testing import (
@@ -317,6 +318,40 @@ def test_extra_sizes_are_tried_and_shrink_away() -> None:
     assert find(sizes_strategy(3, 9), lambda n: True) == 3
 
 
+TWO_SIZES = "entry f [n] [m] (xs: [n]f32) (ys: [m]i32) : f32"
+
+
+def test_extra_sizes_per_size_name() -> None:
+    s = signature_inputs(TWO_SIZES, max_size=4, extra_sizes={"n": (300,), "m": (7000,)})
+    assert find(s, lambda c: c.sizes["n"] > 4).sizes["n"] == 300
+    assert find(s, lambda c: c.sizes["m"] > 4).sizes["m"] == 7000
+    only_n = signature_inputs(TWO_SIZES, max_size=4, extra_sizes={"n": (300,)})
+    with pytest.raises(NoSuchExample):  # m gets no extras
+        find(only_n, lambda c: c.sizes["m"] > 4, settings=settings(max_examples=300, database=None))
+    with pytest.raises(ValueError, match="extra_sizes: 'k' is not a size"):
+        signature_inputs(TWO_SIZES, extra_sizes={"k": (3,)})
+
+
+@FAST
+@given(signature_inputs(TWO_SIZES, max_size=4, ranges={"m": (0, 2)}, extra_sizes={"n": block_sizes(8)}))
+def test_extra_sizes_per_size_name_keep_other_bounds(case: Inputs) -> None:
+    assert case.sizes["n"] in range(5) or case.sizes["n"] in block_sizes(8)
+    assert case.sizes["m"] <= 2
+
+
+def test_seeded_values_are_dense_and_shrink_to_seed_0() -> None:
+    from pybridge.testing import seeded
+
+    normal = lambda s: seeded(lambda rng: rng.standard_normal(s["n"]).astype(np.float32))
+    s = signature_inputs(SAXPY_HEADER, min_size=1000, max_size=2000, values={"ys": normal})
+    case = find(s, lambda c: True)
+    assert case.sizes["n"] == 1000 and case["ys"].dtype == np.float32 and len(case["ys"]) == 1000
+    np.testing.assert_array_equal(case["ys"], np.random.default_rng(0).standard_normal(1000).astype(np.float32))
+    assert len(np.unique(case["ys"])) == 1000  # every element random (Hypothesis' arrays: mostly one fill value)
+    other = find(s, lambda c: not np.array_equal(c["ys"][:5], case["ys"][:5]))
+    assert len(np.unique(other["ys"])) == len(other["ys"])
+
+
 @FAST
 @given(st.sampled_from(["f16", "f32", "f64"]).flatmap(lambda t: signature_inputs(f"entry f (xs: [n]{t}) : {t}")))
 def test_floats_are_finite_and_normal_by_default(case: Inputs) -> None:
@@ -582,6 +617,110 @@ def test_reduction_option_on_a_summation() -> None:
         check_against(exact, lambda xs: pairwise_f32(xs) + np.float32(1), reduction=True, settings=NO_DB, **kw)
 
 
+def test_rule_option_takes_the_catalogs_tolerances() -> None:
+    from pybridge import examples as E
+
+    ex = E.get("saxpy")
+    check_against(ex.reference, lambda a, xs, ys: a * xs + ys, rule=ex.tolerance, signature=SAXPY_HEADER,
+                  min_value=-1e3, max_value=1e3)
+    with pytest.raises(MismatchError) as info:
+        check_against(ex.reference, _saxpy_off_by_one, rule=ex.tolerance, signature=SAXPY_HEADER, settings=NO_DB)
+    _assert_minimal_rule_failure(info.value, "per element 2*eps32*(|a*x| + |y|)")
+    # dtype is part of that rule: float64 results are rejected
+    with pytest.raises(MismatchError, match="dtype float64"):
+        check_against(ex.reference, lambda a, xs, ys: (a * xs + ys).astype(np.float64), rule=ex.tolerance,
+                      signature=SAXPY_HEADER, settings=NO_DB)
+    # integer results with a mismatch budget (mandelbrot's rule) are judged by the rule, not exactly
+    mb = E.get("mandelbrot")
+    def one_pixel_off(*args: Any) -> np.ndarray:
+        out = mb.reference(*args)
+        out.flat[:1] = 0  # still in [0, max_iter]: within the rule's budget of 2 pixels
+        return out
+
+    check_against(mb.reference, one_pixel_off, rule=mb.tolerance, ranges={"max_iter": (1, 20), "w": (0, 8), "h": (0, 8)},
+                  signature="entry mandelbrot (w: i64) (h: i64) (x0: f32) (y0: f32) (dx: f32) (dy: f32) (max_iter: i32) : [h][w]i32",
+                  max_examples=20)
+
+
+def _assert_minimal_rule_failure(err: MismatchError, rule_text: str) -> None:
+    assert err.inputs is not None and err.inputs.sizes["n"] == 1
+    assert f"rejected by the rule '{rule_text}'" in str(err)
+
+
+def test_rule_option_callables() -> None:
+    def exact(args: Any, expected: Any, actual: Any) -> bool:
+        return bool(np.array_equal(expected, actual))
+
+    def with_message(args: Any, expected: Any, actual: Any) -> tuple[bool, str]:
+        return np.array_equal(expected, actual), f"{len(args[1])} elements"
+
+    check_against(_saxpy_ref, _saxpy_ref, rule=exact, signature=SAXPY_HEADER)
+    with pytest.raises(MismatchError) as info:
+        check_against(_saxpy_ref, _saxpy_off_by_one, rule=exact, signature=SAXPY_HEADER, settings=NO_DB)
+    _assert_minimal_rule_failure(info.value, "test_rule_option_callables.<locals>.exact")
+    with pytest.raises(MismatchError, match="with_message': 1 elements"):
+        check_against(_saxpy_ref, _saxpy_off_by_one, rule=with_message, signature=SAXPY_HEADER, settings=NO_DB)
+    with pytest.raises(TypeError, match="rule= replaces"):
+        check_against(_saxpy_ref, _saxpy_ref, rule=exact, rtol=0, signature=SAXPY_HEADER)
+    with pytest.raises(TypeError, match="returned"):
+        check_against(_saxpy_ref, _saxpy_ref, rule=lambda *a: "yes", signature=SAXPY_HEADER, settings=NO_DB)
+
+
+INDEX_AT = "entry index_at (xs: []f32) (i: i64) : f32"
+
+
+class _BoundsError(RuntimeError):
+    """Stands in for pybridge.futhark.ProgramError."""
+
+
+def _index_ref(xs: np.ndarray, i: np.int64) -> np.float32:
+    if not 0 <= i < len(xs):
+        raise IndexError(f"Index [{i}] out of bounds")
+    return xs[i]
+
+
+def _index_checked(xs: np.ndarray, i: np.int64) -> np.float32:
+    if not 0 <= i < len(xs):
+        raise _BoundsError(f"Error: Index [{i}] out of bounds for array of shape [{len(xs)}].")
+    return xs[i]
+
+
+_ANY_INDEX = {"i": lambda s: st.integers(-3, s["xs[0]"] + 3).map(np.int64)}
+
+
+def test_errors_option() -> None:
+    kw: dict[str, Any] = dict(signature=INDEX_AT, values=_ANY_INDEX, max_size=6, errors=_BoundsError)
+    check_against(_index_ref, _index_checked, error_match="out of bounds", **kw)
+    # the target returns where the reference raises: Python's negative indexing
+    with pytest.raises(MismatchError, match=r"expected an error \(the reference raised IndexError") as info:
+        check_against(_index_ref, lambda xs, i: xs[i] if -len(xs) <= i < len(xs) else _index_checked(xs, i), settings=NO_DB, **kw)
+    assert info.value.inputs["i"] == -1 and len(info.value.inputs["xs"]) == 1
+    # the target raises where the reference returns: an off-by-one bounds check
+    with pytest.raises(MismatchError, match="the target raised _BoundsError") as info:
+        check_against(_index_ref, lambda xs, i: _index_checked(xs[:-1], i), settings=NO_DB, **kw)
+    assert info.value.inputs["i"] == 0 and len(info.value.inputs["xs"]) == 1
+    assert isinstance(info.value.__cause__, _BoundsError)
+    # both raise, but the message says something else
+    def wrong_message(xs: np.ndarray, i: np.int64) -> np.float32:
+        if not 0 <= i < len(xs):
+            raise _BoundsError("Assertion is false")
+        return xs[i]
+
+    with pytest.raises(MismatchError, match="_BoundsError: 'Assertion is false', which does not match 'out of bounds'"):
+        check_against(_index_ref, wrong_message, settings=NO_DB, error_match="out of bounds", **kw)
+    check_against(_index_ref, wrong_message, **kw)  # without error_match= any message will do
+    # exceptions of other types propagate, as without errors=
+    def crashes(xs: np.ndarray, i: np.int64) -> np.float32:
+        raise ZeroDivisionError("boom")
+
+    with pytest.raises(ZeroDivisionError):
+        check_against(_index_ref, crashes, settings=NO_DB, **kw)
+    with pytest.raises(TypeError, match="errors="):
+        check_against(_index_ref, _index_checked, signature=INDEX_AT, errors="oops")
+    with pytest.raises(TypeError, match="needs errors="):
+        check_against(_index_ref, _index_checked, signature=INDEX_AT, error_match="x")
+
+
 def test_several_results_and_records() -> None:
     def ref(x: np.float32, y: np.bool_, z: np.float16) -> tuple[Any, ...]:
         return (x * np.float32(2), not y, z + z)
@@ -642,6 +781,42 @@ class _FakeSaxpyKernel:
         threads = int(grid) * int(block)
         for i in range(min(threads, int(n))):
             out.a[i] = a * x.a[i] + y.a[i]
+
+
+class _FakeHistogramKernel:
+    """Like kernels_cu/histogram.cu's shared-memory kernel: needs 4*nbins bytes of it, adds to bins."""
+
+    def __init__(self) -> None:
+        from pybridge.cuda.signature import parse_signature
+
+        self.signature = parse_signature("histogram(const int32* x[n], int32* bins[nbins], int64 n, int32 nbins)")
+        self.shared: list[int] = []
+
+    def __call__(self, x: _Dev, bins: _Dev, n: Any, nbins: Any, *, grid: Any, block: Any, shared_mem: int = 0,
+                 stream: Any = None) -> None:
+        self.shared.append(shared_mem)
+        if shared_mem < 4 * int(nbins):
+            raise RuntimeError("too little shared memory")
+        for v in x.a:
+            if 0 <= v < nbins:
+                bins.a[v] += 1
+
+
+def test_kernel_target_shared_mem() -> None:
+    def ref(x: np.ndarray, bins: np.ndarray, n: Any, nbins: Any) -> None:
+        bins += np.bincount(x[(x >= 0) & (x < nbins)], minlength=int(nbins)).astype(np.int32)  # in place
+
+    k = _FakeHistogramKernel()
+    kw: dict[str, Any] = dict(elements={"x": st.integers(-2, 40)}, ranges={"bins": (-100, 100)}, max_size=40)
+    check_against(ref, KernelTarget(k, shared_mem=lambda s: 4 * s["nbins"], to_device=_Dev, grid_for=lambda n, b: 1), **kw)
+    assert k.shared and all(m % 4 == 0 for m in k.shared)
+    from pybridge.testing import as_target
+
+    t = as_target(k, shared_mem=1024, grid=1)  # what check_against(..., shared_mem=, grid=) builds
+    assert isinstance(t, KernelTarget) and t.shared_mem == 1024 and t.grid == 1
+    with pytest.raises(RuntimeError, match="too little"):
+        check_against(ref, KernelTarget(_FakeHistogramKernel(), to_device=_Dev, grid_for=lambda n, b: 1),
+                      settings=NO_DB, **kw)
 
 
 def test_kernel_target_launch_and_readback() -> None:
@@ -751,6 +926,8 @@ def test_fixture_probe_entry_points(probe: Any) -> None:
     check_against(lambda xs: {"mean": xs.mean(), "sd": xs.std()}, probe.stats, min_size=1, min_value=-1e3, max_value=1e3)
     check_against(lambda xs: np.concatenate([xs[:1] + np.float32(1), xs[1:]]), probe.bump, min_size=1)  # consumed input
     check_against(lambda xs, i: xs[i], probe.index_at, min_size=1, values={"i": lambda s: st.integers(0, s["xs[0]"] - 1).map(np.int64)})
+    pf = pytest.importorskip("pybridge.futhark")  # a failed bounds check where, and only where, the reference raises
+    check_against(_index_ref, probe.index_at, errors=pf.ProgramError, error_match="out of bounds", values=_ANY_INDEX)
     assert probe.live_values() == 0
 
 

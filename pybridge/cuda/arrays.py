@@ -51,32 +51,60 @@ class DeviceArray:
     """An array in device memory. Build one with :func:`to_device`, :func:`empty`, :func:`zeros`
     or :func:`as_device_array`, not directly."""
 
-    __slots__ = ("_info", "_gpu", "_owner", "_pending", "__weakref__")
+    # _info: the description without a stream (immutable). _meta: (size, C-contiguous, int pointer),
+    # what every launch checks, computed once on first use. _icache: (pending stream, info) for
+    # `info`. _alloc: True when _owner is a PyCUDA allocation of ours (see `gpuarray`).
+    __slots__ = ("_info", "_gpu", "_owner", "_pending", "_meta", "_icache", "_alloc", "__weakref__")
 
     def __init__(self, info: ArrayInfo, *, gpu: Any = None, owner: Any = None, pending: Stream | None = None) -> None:
-        self._info = ArrayInfo(
-            ptr=info.ptr,
-            shape=info.shape,
-            strides=info.strides,
-            dtype=info.dtype,
-            readonly=info.readonly,
-            stream=None,
-            device_type=info.device_type,
-            device_id=info.device_id,
-        )
+        if type(info) is ArrayInfo and info.stream is None:
+            self._info = info  # frozen: sharing it is the same as copying it
+        else:
+            self._info = ArrayInfo(
+                ptr=info.ptr,
+                shape=info.shape,
+                strides=info.strides,
+                dtype=info.dtype,
+                readonly=info.readonly,
+                stream=None,
+                device_type=info.device_type,
+                device_id=info.device_id,
+            )
         self._gpu = gpu
         self._owner = owner
         self._pending = pending
+        self._meta: tuple[int, bool, int] | None = None
+        self._icache: tuple[Stream, ArrayInfo] | None = None
+        self._alloc = False
+
+    def _launch_meta(self) -> tuple[int, bool, int]:
+        """(element count, C-contiguous, pointer as int): what launches check, computed once."""
+        meta = self._meta
+        if meta is None:
+            info = self._info
+            try:
+                ptr = int(info.ptr)
+            except (TypeError, ValueError):
+                # Not a pointer: report "not contiguous" (uncached) so that launches take the
+                # general check, which fails on it exactly as before.
+                return (info.size, False, 0)
+            meta = self._meta = (info.size, info.c_contiguous, ptr)
+        return meta
 
     # -- description
     @property
     def info(self) -> ArrayInfo:
         """The array's description, with the pending stream as its CAI stream value."""
         s = self._pending
-        return ArrayInfo(
-            self._info.ptr, self._info.shape, self._info.strides, self._info.dtype, self._info.readonly,
-            s.cai_stream if s is not None else None, self._info.device_type, self._info.device_id,
-        )
+        if s is None:
+            return self._info
+        cached = self._icache
+        if cached is not None and cached[0] is s:
+            return cached[1]
+        i = self._info
+        info = ArrayInfo(i.ptr, i.shape, i.strides, i.dtype, i.readonly, s.cai_stream, i.device_type, i.device_id)
+        self._icache = (s, info)
+        return info
 
     @property
     def ptr(self) -> int:
@@ -96,7 +124,8 @@ class DeviceArray:
 
     @property
     def size(self) -> int:
-        return self._info.size
+        meta = self._meta
+        return meta[0] if meta is not None else self._launch_meta()[0]  # computed once, kept
 
     @property
     def nbytes(self) -> int:
@@ -144,9 +173,14 @@ class DeviceArray:
         """The PyCUDA GPUArray (a view for imported memory, keeping this array alive)."""
         if self._gpu is None:
             gpuarray = _gpuarray_module()
-            self._gpu = gpuarray.GPUArray(
-                self.shape, self.dtype, gpudata=self.ptr, strides=self.strides, base=self
-            )
+            if self._alloc:
+                # Our own allocation (see empty()): the GPUArray holds the allocation itself, as
+                # one made by gpuarray.empty would, so no reference cycle delays the free.
+                self._gpu = gpuarray.GPUArray(self.shape, self.dtype, gpudata=self._owner, strides=self.strides)
+            else:
+                self._gpu = gpuarray.GPUArray(
+                    self.shape, self.dtype, gpudata=self.ptr, strides=self.strides, base=self
+                )
         return self._gpu
 
     # -- to the host
@@ -236,13 +270,77 @@ def _wrap_gpuarray(gpu: Any, pending: Stream | None = None) -> DeviceArray:
     return DeviceArray(info, gpu=gpu, owner=gpu, pending=pending)
 
 
+_dtypes: dict[Any, np.dtype] = {}
+_mem_alloc: Any = None
+
+
+def _dtype(dtype: Any) -> np.dtype:
+    """np.dtype(dtype), cached for the usual specs (a scalar type such as np.float32, or a str)."""
+    if isinstance(dtype, np.dtype):
+        return dtype  # what np.dtype() returns for a dtype
+    kind = type(dtype)
+    if kind is not type and kind is not str:
+        return np.dtype(dtype)
+    dt = _dtypes.get(dtype)
+    if dt is None:
+        dt = np.dtype(dtype)
+        if len(_dtypes) < 256:
+            _dtypes[dtype] = dt
+    return dt
+
+
 def empty(shape: int | Sequence[int], dtype: Any = np.float32) -> DeviceArray:
-    """An uninitialised C-contiguous device array."""
+    """An uninitialised C-contiguous device array.
+
+    The memory is one ``cuMemAlloc`` (``pycuda.driver.mem_alloc``, the allocator GPUArray uses),
+    freed when the array is; the PyCUDA GPUArray (``.gpuarray``) is made on first use only, as
+    building one costs more host time than the launch that fills the array.
+
+    Why no memory pool (``pycuda.tools.DeviceMemoryPool``): a pool hands a freed block to the next
+    allocation at once, whatever stream may still use it. ``cuMemFree`` waits for (or defers past)
+    pending work; a pool does not. With streams that is a race: ``y = cuda_saxpy(2, t, t,
+    stream=s1); del t`` frees ``t`` while saxpy may still read it on s1, and ``cuda_chain(x, 5,
+    stream=s2)`` can then get the same block and write it on s2 before s1 has read it. Our
+    pending-stream tracking cannot fence this: the free happens in the allocation's C++
+    destructor, and foreign consumers (CuPy, PyTorch through CAI/DLPack) may have queued reads on
+    streams we never see. A safe pool needs per-stream free lists plus recorded events per
+    cross-stream use, as PyTorch's caching allocator does (``record_stream``); until then, outputs
+    are plain allocations, and callers who want no allocation per call pass ``out=``.
+    """
+    global _mem_alloc
     ensure_context()
-    gpuarray = _gpuarray_module()
-    shape_t = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
-    with pycuda_errors(operation="allocation"):
-        return _wrap_gpuarray(gpuarray.empty(shape_t, np.dtype(dtype)))
+    if type(shape) is int:
+        shape_t: tuple[int, ...] = (shape,)
+    elif isinstance(shape, (int, np.integer)):
+        shape_t = (int(shape),)
+    else:
+        shape_t = tuple(int(d) for d in shape)
+    dt = _dtype(dtype)
+    itemsize = dt.itemsize
+    count = 1
+    for d in shape_t:
+        count *= d
+    if count <= 0 or itemsize == 0 or any(d < 0 for d in shape_t):
+        # Nothing to allocate (or a shape PyCUDA should reject): exactly as before, via GPUArray.
+        gpuarray = _gpuarray_module()
+        with pycuda_errors(operation="allocation"):
+            return _wrap_gpuarray(gpuarray.empty(shape_t, dt))
+    alloc_fn = _mem_alloc
+    if alloc_fn is None:
+        alloc_fn = _mem_alloc = pycuda_driver().mem_alloc
+    try:
+        alloc = alloc_fn(count * itemsize)
+    except Exception as e:  # as pycuda_errors(), without a context manager's cost
+        if type(e).__module__.startswith("pycuda"):
+            from .errors import from_pycuda_error
+
+            raise from_pycuda_error(e, operation="allocation") from e
+        raise
+    info = ArrayInfo(int(alloc), shape_t, interop.c_contiguous_strides(shape_t, itemsize), dt)
+    out = DeviceArray(info, owner=alloc)
+    out._alloc = True
+    out._meta = (count, True, info.ptr)
+    return out
 
 
 def zeros(shape: int | Sequence[int], dtype: Any = np.float32, stream: Any = None) -> DeviceArray:
@@ -332,8 +430,11 @@ def as_device_array(obj: Any, *, stream: Any = None, prefer: str = "cai") -> Dev
     ``prefer`` picks the protocol when the object speaks both ("cai" or "dlpack").
     """
     if isinstance(obj, DeviceArray):
-        if stream is not None and obj.stream is not None:
-            as_stream(stream).wait(obj.stream)
+        pending = obj._pending
+        if stream is not None and pending is not None:
+            s = as_stream(stream)
+            if s.cai_stream != pending.cai_stream:  # same stream: already ordered, nothing to do
+                s.wait(pending)
         return obj
     if isinstance(obj, np.ndarray):
         raise TypeError(

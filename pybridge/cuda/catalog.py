@@ -24,9 +24,9 @@ import numpy as np
 
 from ..interop import ArrayInfo
 from .arrays import DeviceArray, as_device_array, empty
-from .kernel import Kernel
+from .kernel import Kernel, _config_for
 from .launch import LaunchConfig, grid_for
-from .streams import Stream, as_stream
+from .streams import DEFAULT_STREAM, Stream, as_stream
 
 __all__ = [
     "MODULES",
@@ -146,9 +146,27 @@ MODULES: dict[str, ModuleEntry] = {
 # ---------------------------------------------------------------- launch configurations
 
 
+# Launch configurations are immutable: the helpers below hand out one object per distinct
+# configuration of plain ints instead of building (and re-checking) one per call.
+_MAX_CACHED_CONFIGS = 4096
+_config = _config_for
+
+
+_grid_stride_configs: dict[int, LaunchConfig] = {}
+
+
 def grid_stride_config(n: int) -> LaunchConfig:
     """saxpy, chain, chain_step, histogram_global: as pb_grid_stride_blocks in common.cuh."""
-    return LaunchConfig(grid_for(n, GRID_STRIDE_BLOCK, max_blocks=PB_MAX_GRID_STRIDE_BLOCKS), GRID_STRIDE_BLOCK)
+    if type(n) is int:
+        config = _grid_stride_configs.get(n)
+        if config is not None:
+            return config
+    config = LaunchConfig(grid_for(n, GRID_STRIDE_BLOCK, max_blocks=PB_MAX_GRID_STRIDE_BLOCKS), GRID_STRIDE_BLOCK)
+    if type(n) is int:
+        if len(_grid_stride_configs) >= _MAX_CACHED_CONFIGS:
+            _grid_stride_configs.clear()
+        _grid_stride_configs[n] = config
+    return config
 
 
 def sum_num_partials(n: int) -> int:
@@ -161,12 +179,12 @@ def scan_num_tiles(n: int) -> int:
 
 
 def matmul_config(m: int, n: int) -> LaunchConfig:
-    return LaunchConfig((max(1, -(-n // MM_BN)), max(1, -(-m // MM_BM))), MM_THREADS)
+    return _config((max(1, -(-n // MM_BN)), max(1, -(-m // MM_BM))), MM_THREADS, 0)
 
 
 def mandelbrot_config(w: int, h: int) -> LaunchConfig:
     bx, by = MANDEL_BLOCK
-    return LaunchConfig((max(1, -(-w // bx)), max(1, -(-h // by))), MANDEL_BLOCK)
+    return _config((max(1, -(-w // bx)), max(1, -(-h // by))), MANDEL_BLOCK, 0)
 
 
 _sm_count: dict[int, int] = {}
@@ -187,21 +205,25 @@ def histogram_config(n: int, nbins: int, sms: int) -> tuple[str, LaunchConfig]:
     smem = 4 * nbins
     if smem <= SHARED_MEM_DEFAULT_LIMIT:
         blocks = min(max(1, -(-n // HIST_BLOCK)), 4 * max(1, sms))
-        return "histogram", LaunchConfig(blocks, HIST_BLOCK, shared_mem=smem)
+        return "histogram", _config(blocks, HIST_BLOCK, smem)
     return "histogram_global", grid_stride_config(n)
 
 
 # ---------------------------------------------------------------- kernels and helpers
 
-_kernels: dict[tuple[str, str], Kernel] = {}
+_kernels: dict[tuple[str, str | None], Kernel] = {}
 _kernels_lock = threading.Lock()
 
 
 def get_kernel(module: str, name: str | None = None) -> Kernel:
     """The checked Kernel ``name`` (default: the module's first) of one of our modules."""
+    k = _kernels.get((module, name))  # a dict read is atomic: no lock on the every-call path
+    if k is not None:
+        return k
     from .module import load_module
 
     entry = MODULES[module]
+    asked = name
     name = name or next(iter(entry.kernels))
     key = (module, name)
     with _kernels_lock:
@@ -210,6 +232,9 @@ def get_kernel(module: str, name: str | None = None) -> Kernel:
         k = load_module(module).kernel(entry.kernels[name])
         with _kernels_lock:
             k = _kernels.setdefault(key, k)
+    if asked is None:
+        with _kernels_lock:
+            _kernels.setdefault((module, None), k)
     return k
 
 
@@ -225,17 +250,31 @@ _scratch = threading.local()
 def _scratch_f32(stream: Stream, count: int) -> DeviceArray:
     """Reusable float32 scratch for work queued on ``stream`` (stream order makes reuse safe)."""
     # The cache holds the Stream too: a live stream's handle cannot be reused by a new stream
-    # while the old one may still have work reading this buffer.
-    cache: dict[int, tuple[Stream, DeviceArray]] = getattr(_scratch, "cache", {})
-    _scratch.cache = cache
+    # while the old one may still have work reading this buffer. The views of the buffer are
+    # kept with it (one per count): they are only ever used on this same stream.
+    cache: dict[int, tuple[Stream, DeviceArray, dict[int, DeviceArray]]] | None = getattr(_scratch, "cache", None)
+    if cache is None:
+        cache = _scratch.cache = {}
     entry = cache.get(stream.cai_stream)
     if entry is None or entry[1].size < count:
         buf = empty(max(count, SUM_MAX_PARTIALS), np.float32)
         if entry is not None:
             stream.synchronize()  # the old buffer may still be in use on this stream
-        cache[stream.cai_stream] = (stream, buf)
-        entry = cache[stream.cai_stream]
-    return _view(entry[1], count)
+        entry = cache[stream.cai_stream] = (stream, buf, {})
+    views = entry[2]
+    view = views.get(count)
+    if view is None:
+        if len(views) >= 64:
+            views.clear()
+        view = views[count] = _view(entry[1], count)
+    return view
+
+
+def _direct_stream(stream: Any) -> Stream | None:
+    """``stream`` as a Stream when operations can queue on it directly (ours or the default
+    stream), else None: a foreign stream needs :func:`_execution_stream`'s proxy."""
+    s = DEFAULT_STREAM if stream is None else as_stream(stream)
+    return None if s.is_external else s
 
 
 @contextlib.contextmanager
@@ -272,120 +311,157 @@ def _memset0(arr: DeviceArray, stream: Stream) -> None:
     arr._set_pending(stream)
 
 
+def _run(op: Any, stream: Any, *args: Any) -> DeviceArray:
+    """``op(s, *args)`` on the execution stream: ``stream`` itself when it is ours or the default
+    one (no context manager on this path), else the fenced proxy of :func:`_execution_stream`."""
+    s = _direct_stream(stream)
+    if s is not None:
+        result: DeviceArray = op(s, *args)
+        return result
+    with _execution_stream(stream) as proxy:
+        result = op(proxy, *args)
+    return result
+
+
 # ---------------------------------------------------------------- whole operations
+
+
+def _saxpy_on(s: Stream, a: float, x: Any, y: Any, out: Any) -> DeviceArray:
+    xd = as_device_array(x, stream=s)
+    yd = as_device_array(y, stream=s)
+    n = xd.size
+    o = _out(out, (n,), np.float32, s)
+    get_kernel("saxpy")(a, xd, yd, o, n, config=grid_stride_config(n), stream=s)
+    return o
 
 
 def cuda_saxpy(a: float, x: Any, y: Any, out: Any = None, *, stream: Any = None) -> DeviceArray:
     """out = a*x + y (float32; product and sum rounded separately, as NumPy does)."""
-    with _execution_stream(stream) as s:
-        xd = as_device_array(x, stream=s)
-        yd = as_device_array(y, stream=s)
-        n = xd.size
-        o = _out(out, (n,), np.float32, s)
-        get_kernel("saxpy")(a, xd, yd, o, n, config=grid_stride_config(n), stream=s)
+    return _run(_saxpy_on, stream, a, x, y, out)
+
+
+def _sum_on(s: Stream, x: Any, out: Any) -> DeviceArray:
+    xd = as_device_array(x, stream=s)
+    n = xd.size
+    p = sum_num_partials(n)
+    partials = _scratch_f32(s, p)
+    o = _out(out, (1,), np.float32, s)
+    if p > 0:
+        get_kernel("reduce", "sum_partial")(xd, partials, n, config=_config(p, SUM_BLOCK, 0), stream=s)
+    get_kernel("reduce", "sum_final")(partials, o, p, config=_config(1, SUM_BLOCK, 0), stream=s)
     return o
 
 
 def cuda_sum(x: Any, out: Any = None, *, stream: Any = None) -> DeviceArray:
     """The float32 sum of x as a 1-element device array; deterministic (same bits every run)."""
-    with _execution_stream(stream) as s:
-        xd = as_device_array(x, stream=s)
-        n = xd.size
-        p = sum_num_partials(n)
-        partials = _scratch_f32(s, p)
-        o = _out(out, (1,), np.float32, s)
-        if p > 0:
-            get_kernel("reduce", "sum_partial")(xd, partials, n, config=LaunchConfig(p, SUM_BLOCK), stream=s)
-        get_kernel("reduce", "sum_final")(partials, o, p, config=LaunchConfig(1, SUM_BLOCK), stream=s)
+    return _run(_sum_on, stream, x, out)
+
+
+def _scan_on(s: Stream, x: Any, out: Any) -> DeviceArray:
+    xd = as_device_array(x, stream=s)
+    n = xd.size
+    o = _out(out, (n,), np.float32, s)
+    tiles = scan_num_tiles(n)
+    if tiles == 0:
+        return o
+    sums = _scratch_f32(s, tiles)
+    get_kernel("scan", "scan_blocks")(xd, o, sums, n, config=_config(tiles, SCAN_BLOCK, 0), stream=s)
+    if tiles > 1:
+        get_kernel("scan", "scan_block_sums")(sums, tiles, config=_config(1, SCAN_BLOCK, 0), stream=s)
+        get_kernel("scan", "scan_add")(o, sums, n, config=_config(tiles - 1, SCAN_BLOCK, 0), stream=s)
     return o
 
 
 def cuda_scan(x: Any, out: Any = None, *, stream: Any = None) -> DeviceArray:
     """Inclusive prefix sum of float32 x (out may be x itself)."""
-    with _execution_stream(stream) as s:
-        xd = as_device_array(x, stream=s)
-        n = xd.size
-        o = _out(out, (n,), np.float32, s)
-        tiles = scan_num_tiles(n)
-        if tiles == 0:
-            return o
-        sums = _scratch_f32(s, tiles)
-        get_kernel("scan", "scan_blocks")(xd, o, sums, n, config=LaunchConfig(tiles, SCAN_BLOCK), stream=s)
-        if tiles > 1:
-            get_kernel("scan", "scan_block_sums")(sums, tiles, config=LaunchConfig(1, SCAN_BLOCK), stream=s)
-            get_kernel("scan", "scan_add")(o, sums, n, config=LaunchConfig(tiles - 1, SCAN_BLOCK), stream=s)
+    return _run(_scan_on, stream, x, out)
+
+
+def _matmul_on(s: Stream, a: Any, b: Any, out: Any) -> DeviceArray:
+    ad = as_device_array(a, stream=s)
+    bd = as_device_array(b, stream=s)
+    if ad.ndim != 2 or bd.ndim != 2:
+        raise ValueError(f"cuda_matmul needs 2-D matrices, got shapes {ad.shape} and {bd.shape}")
+    m, k = ad.shape
+    k2, n = bd.shape
+    if k != k2:
+        raise ValueError(f"cuda_matmul: inner dimensions differ: {ad.shape} @ {bd.shape}")
+    o = _out(out, (m, n), np.float32, s)
+    if m and n:
+        get_kernel("matmul")(ad, bd, o, m, n, k, config=matmul_config(m, n), stream=s)
     return o
 
 
 def cuda_matmul(a: Any, b: Any, out: Any = None, *, stream: Any = None) -> DeviceArray:
     """C = A @ B for row-major float32 matrices A (m x k) and B (k x n)."""
-    with _execution_stream(stream) as s:
-        ad = as_device_array(a, stream=s)
-        bd = as_device_array(b, stream=s)
-        if ad.ndim != 2 or bd.ndim != 2:
-            raise ValueError(f"cuda_matmul needs 2-D matrices, got shapes {ad.shape} and {bd.shape}")
-        m, k = ad.shape
-        k2, n = bd.shape
-        if k != k2:
-            raise ValueError(f"cuda_matmul: inner dimensions differ: {ad.shape} @ {bd.shape}")
-        o = _out(out, (m, n), np.float32, s)
-        if m and n:
-            get_kernel("matmul")(ad, bd, o, m, n, k, config=matmul_config(m, n), stream=s)
+    return _run(_matmul_on, stream, a, b, out)
+
+
+def _histogram_on(s: Stream, x: Any, nbins: int, out: Any) -> DeviceArray:
+    xd = as_device_array(x, stream=s)
+    n = xd.size
+    if nbins < 0:
+        raise ValueError(f"cuda_histogram: nbins must be >= 0, got {nbins}")
+    o = _out(out, (nbins,), np.int32, s)
+    if nbins == 0:
+        return o
+    _memset0(o, s)
+    if n:
+        name, config = histogram_config(n, nbins, _multiprocessors())
+        get_kernel("histogram", name)(xd, o, n, nbins, config=config, stream=s)
     return o
 
 
 def cuda_histogram(x: Any, nbins: int, out: Any = None, *, stream: Any = None) -> DeviceArray:
     """Counts of each value in [0, nbins) of int32 x (other values ignored), as int32."""
-    with _execution_stream(stream) as s:
-        xd = as_device_array(x, stream=s)
-        n = xd.size
-        if nbins < 0:
-            raise ValueError(f"cuda_histogram: nbins must be >= 0, got {nbins}")
-        o = _out(out, (nbins,), np.int32, s)
-        if nbins == 0:
-            return o
-        _memset0(o, s)
-        if n:
-            name, config = histogram_config(n, nbins, _multiprocessors())
-            get_kernel("histogram", name)(xd, o, n, nbins, config=config, stream=s)
+    return _run(_histogram_on, stream, x, nbins, out)
+
+
+def _mandelbrot_on(s: Stream, w: int, h: int, x0: float, y0: float, dx: float, dy: float, max_iter: int,
+                   out: Any) -> DeviceArray:
+    o = _out(out, (h, w), np.int32, s)
+    if w and h:
+        get_kernel("mandelbrot")(o, w, h, x0, y0, dx, dy, max_iter, config=mandelbrot_config(w, h), stream=s)
     return o
 
 
 def cuda_mandelbrot(w: int, h: int, x0: float, y0: float, dx: float, dy: float, max_iter: int,
                     out: Any = None, *, stream: Any = None) -> DeviceArray:
     """Escape-iteration counts of an h x w image (row-major int32); see kernels_cu/mandelbrot.cu."""
-    with _execution_stream(stream) as s:
-        o = _out(out, (h, w), np.int32, s)
-        if w and h:
-            get_kernel("mandelbrot")(o, w, h, x0, y0, dx, dy, max_iter, config=mandelbrot_config(w, h), stream=s)
+    return _run(_mandelbrot_on, stream, w, h, x0, y0, dx, dy, max_iter, out)
+
+
+def _chain_on(s: Stream, x: Any, nops: int, out: Any) -> DeviceArray:
+    xd = as_device_array(x, stream=s)
+    n = xd.size
+    o = _out(out, (n,), np.float32, s)
+    get_kernel("chain", "chain")(xd, o, n, nops, config=grid_stride_config(n), stream=s)
     return o
 
 
 def cuda_chain(x: Any, nops: int, out: Any = None, *, stream: Any = None) -> DeviceArray:
     """op nops (... op 1 (x)) in one fused kernel."""
-    with _execution_stream(stream) as s:
-        xd = as_device_array(x, stream=s)
-        n = xd.size
-        o = _out(out, (n,), np.float32, s)
-        get_kernel("chain", "chain")(xd, o, n, nops, config=grid_stride_config(n), stream=s)
+    return _run(_chain_on, stream, x, nops, out)
+
+
+def _chain_unfused_on(s: Stream, x: Any, nops: int, out: Any) -> DeviceArray:
+    xd = as_device_array(x, stream=s)
+    n = xd.size
+    o = _out(out, (n,), np.float32, s)
+    config = grid_stride_config(n)
+    if nops <= 0:
+        get_kernel("chain", "chain")(xd, o, n, 0, config=config, stream=s)  # the identity
+        return o
+    step = get_kernel("chain", "chain_step")
+    step(xd, o, n, 1, config=config, stream=s)
+    for k in range(2, nops + 1):
+        step(o, o, n, k, config=config, stream=s)
     return o
 
 
 def cuda_chain_unfused(x: Any, nops: int, out: Any = None, *, stream: Any = None) -> DeviceArray:
     """The same result as :func:`cuda_chain`, one kernel per op (op 1 into out, then in place)."""
-    with _execution_stream(stream) as s:
-        xd = as_device_array(x, stream=s)
-        n = xd.size
-        o = _out(out, (n,), np.float32, s)
-        config = grid_stride_config(n)
-        if nops <= 0:
-            get_kernel("chain", "chain")(xd, o, n, 0, config=config, stream=s)  # the identity
-            return o
-        step = get_kernel("chain", "chain_step")
-        step(xd, o, n, 1, config=config, stream=s)
-        for k in range(2, nops + 1):
-            step(o, o, n, k, config=config, stream=s)
-    return o
+    return _run(_chain_unfused_on, stream, x, nops, out)
 
 
 # ---------------------------------------------------------------- NumPy references

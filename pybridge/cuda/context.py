@@ -101,10 +101,13 @@ def device_count() -> int:
 
 def ensure_context(device: int = 0) -> Any:
     """Make the primary context of ``device`` current on this thread (once per thread); return it."""
-    pushed: set[int] = getattr(_tls, "pushed", set())
-    ctx = _primary.get(device)
-    if ctx is not None and device in pushed:
-        return ctx
+    pushed: set[int] | None = getattr(_tls, "pushed", None)
+    if pushed is not None and device in pushed:  # the every-launch path: two lookups, no allocation
+        ctx = _primary.get(device)
+        if ctx is not None:
+            return ctx
+    if pushed is None:
+        pushed = set()
     drv = _init()
     with _state_lock:
         ctx = _primary.get(device)

@@ -11,14 +11,25 @@ which checks each argument against the declaration without touching the GPU:
 * errors name the kernel and the parameter.
 
 Then the launch makes the launch stream wait for every producer stream the arguments name (CAI
-``stream`` / our arrays' pending streams: PyCUDA itself reads only the pointer), and calls
-PyCUDA's ``prepared_async_call`` with the argument format computed once from the declaration.
+``stream`` / our arrays' pending streams: PyCUDA itself reads only the pointer), and launches
+through PyCUDA with the argument format computed once from the declaration.
+
+**Launch overhead.** The checks run from a plan made once per declaration (:class:`_Plan`): one
+converter per scalar with its range and dtype bound in, the size expressions compiled to a single
+Python function, and a fast path for our own :class:`~pybridge.cuda.arrays.DeviceArray`
+(``dtype is expected`` identity test, element count and contiguity cached on the array). Nothing
+on the success path formats a name or a message: whenever a fast check fails, the original,
+general check runs again for that argument and raises the documented error. Launches call
+PyCUDA's ``Function._launch_kernel`` with the packed arguments directly (what
+``prepared_async_call`` ends in, minus its per-call Python and the legacy ``cuFuncSetBlockShape``);
+``PYBRIDGE_CUDA_LAUNCH=prepared`` in the environment keeps ``prepared_async_call``.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,11 +37,14 @@ import numpy as np
 
 from ..interop import ArrayInfo, cai_info
 from . import _driver
+from .arrays import DeviceArray
+from .context import ensure_context
 from .errors import CudaError, LaunchError, from_pycuda_error
 from .launch import Dim3, LaunchConfig
 from .signature import KernelSignature, Param, parse_signature
+from .streams import DEFAULT_STREAM, Stream, as_stream
 
-__all__ = ["BoundArgs", "Kernel", "bind_args", "describe_array", "struct_format"]
+__all__ = ["BoundArgs", "Kernel", "bind_args", "describe_array", "plan_for", "struct_format"]
 
 # struct format character of each scalar type for PyCUDA's argument packing (native alignment
 # matches the kernel parameter layout). float16 travels as its 16 bits.
@@ -114,8 +128,6 @@ def describe_array(obj: Any) -> tuple[ArrayInfo, Any] | None:
     Our DeviceArray and CAI producers are read directly; a DLPack-only producer is imported
     (needs the GPU). NumPy arrays are not device arrays.
     """
-    from .arrays import DeviceArray  # local: arrays imports streams which imports context
-
     if isinstance(obj, DeviceArray):
         return obj.info, obj
     if isinstance(obj, np.ndarray):
@@ -131,72 +143,301 @@ def describe_array(obj: Any) -> tuple[ArrayInfo, Any] | None:
     return None
 
 
+def _check_pointer(plan: _Plan, p: Param, a: Any, expected: int | None, values: list[Any]) -> tuple[ArrayInfo, Any]:
+    """The general check of one pointer argument: its description and the object to keep alive,
+    or the documented TypeError / ValueError. ``expected`` is the declared element count (None
+    for an unsized pointer); ``values`` the arguments with the scalars bound."""
+    signature = plan.signature
+
+    def where() -> str:  # formatted only for an error
+        return _where(signature.name, p)
+
+    if isinstance(a, np.ndarray):
+        raise TypeError(
+            f"{where()}: got a NumPy array, which lives in host memory; pointer parameters need device "
+            "memory: pass pybridge.cuda.to_device(array) (or a CuPy/PyTorch/numba device array)"
+        )
+    if a is None or isinstance(a, (int, float, bool, np.generic)):
+        raise TypeError(f"{where()}: expected a device array, got {type(a).__name__} {a!r}")
+    described = describe_array(a)
+    if described is None:
+        raise TypeError(
+            f"{where()}: expected a device array (__cuda_array_interface__ or DLPack), got {type(a).__name__}"
+        )
+    info, keepalive = described
+    if info.dtype != p.dtype:
+        raise TypeError(f"{where()}: expected {p.dtype.name} elements, got an array of {info.dtype.name}")
+    if not info.c_contiguous:
+        raise ValueError(
+            f"{where()}: the array is not C-contiguous (shape {info.shape}, strides {info.strides}); "
+            "kernels get only a pointer, so pass a contiguous copy"
+        )
+    if info.readonly and not p.is_const:
+        raise ValueError(f"{where()}: the array is read-only but the kernel may write it (non-const pointer)")
+    size = info.size
+    if expected is not None and size != expected:
+        used = sorted(signature.param(p.name).size_expr.names) if p.size else []  # type: ignore[union-attr]
+        scalars = plan._scalar_dict(values)
+        bound = ", ".join(f"{k}={scalars[k]}" for k in used)
+        raise ValueError(
+            f"{where()}: the array has {size} elements but the declaration needs {p.size} = "
+            f"{expected}" + (f" (with {bound})" if bound else "")
+        )
+    if info.ptr == 0 and size != 0:
+        raise ValueError(f"{where()}: null device pointer for a non-empty array")
+    return info, keepalive
+
+
+# ------------------------------------------------------------------ the per-declaration check plan
+
+_F32 = __import__("struct").Struct("=f")
+
+
+def _scalar_converter(kernel: str, p: Param) -> Callable[[Any], Any]:
+    """``_convert_scalar(kernel, p, value)`` with the common exact-type cases answered inline
+    (same result); anything else, errors included, goes to ``_convert_scalar`` itself."""
+    dt = p.dtype
+    kind = dt.kind
+
+    def general(value: Any) -> Any:
+        return _convert_scalar(kernel, p, value)
+
+    if kind in "iu":
+        info = np.iinfo(dt)
+        lo, hi = int(info.min), int(info.max)
+
+        def convert_int(value: Any) -> Any:
+            if type(value) is int and lo <= value <= hi:
+                return value
+            return _convert_scalar(kernel, p, value)
+
+        return convert_int
+    if kind == "b":
+
+        def convert_bool(value: Any) -> Any:
+            if type(value) is bool:
+                return value
+            return _convert_scalar(kernel, p, value)
+
+        return convert_bool
+    if dt == np.float32:
+        pack, unpack = _F32.pack, _F32.unpack
+
+        def convert_f32(value: Any) -> Any:
+            if type(value) is float:
+                # Rounds like np.float32(value) (a C cast, to nearest); OverflowError exactly when
+                # that cast gives inf from a finite value, which _convert_scalar reports.
+                try:
+                    return unpack(pack(value))[0]
+                except OverflowError:
+                    pass
+            return _convert_scalar(kernel, p, value)
+
+        return convert_f32
+    if dt == np.float64:
+
+        def convert_f64(value: Any) -> Any:
+            if type(value) is float:
+                return value
+            return _convert_scalar(kernel, p, value)
+
+        return convert_f64
+    return general  # float16: rare, its bits need NumPy anyway
+
+
+def _compile_sizes(signature: KernelSignature) -> Callable[[list[Any]], tuple[int, ...]] | None:
+    """One function computing every sized pointer's element count from the argument list (bound
+    scalars at their positions), or None when some size names something other than an integer
+    scalar parameter (only possible for a hand-built KernelSignature: the general path handles it)."""
+    index = {p.name: i for i, p in enumerate(signature.params) if not p.is_pointer and p.dtype.kind in "iu"}
+    parts = []
+    for p in signature.params:
+        expr = p.size_expr
+        if expr is None:
+            continue
+        if not expr.names <= index.keys():
+            return None
+        parts.append(expr.python_source({name: f"v[{i}]" for name, i in index.items()}))
+    source = f"lambda v: ({', '.join(parts)},)"
+    # The source is built from the parsed tree: integer literals, v[i], operators, min and max.
+    fn: Callable[[list[Any]], tuple[int, ...]] = eval(source, {"__builtins__": {}, "min": min, "max": max})
+    return fn
+
+
+# Checked before any CAI is read (the general check refuses host arrays and scalars first; our
+# own arrays, subclasses included, are tracked as DeviceArrays).
+_NOT_FOREIGN = (DeviceArray, np.ndarray, np.generic, int, float)
+
+
+def _plain_cai_pointer(obj: Any, typestr: str, writes: bool, expected: int | None) -> tuple[int, int | None] | None:
+    """(pointer, producer stream) of a CAI producer in the plain, common form that passes every
+    check: a v3 dict of exact ints, the declared typestr, no strides (C order), no mask. None for
+    anything else, which the general check then handles (so errors and odd forms behave as before).
+    """
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError:
+        return None
+    if type(cai) is not dict:
+        return None
+    get = cai.get
+    if get("typestr") != typestr or get("version") != 3 or get("strides") is not None or get("mask") is not None:
+        return None
+    shape, data, stream = get("shape"), get("data"), get("stream")
+    if type(shape) is not tuple or type(data) is not tuple or len(data) != 2:
+        return None
+    ptr, readonly = data
+    if type(ptr) is not int or not (readonly is False or (readonly is True and not writes)):
+        return None
+    if stream is not None and (type(stream) is not int or stream == 0):
+        return None
+    size = 1
+    for d in shape:
+        if type(d) is not int or d < 0:
+            return None
+        size *= d
+    if (expected is not None and size != expected) or (ptr == 0 and size != 0):
+        return None
+    return ptr, stream
+
+
+class _Plan:
+    """What checking one declaration's arguments needs, computed once (see the module docstring)."""
+
+    __slots__ = ("general_sizes", "name", "nparams", "pointers", "scalars", "signature", "sized", "sizes_fn")
+
+    def __init__(self, signature: KernelSignature) -> None:
+        self.signature = signature
+        self.name = signature.name
+        params = signature.params
+        self.nparams = len(params)
+        self.scalars = tuple(
+            (i, _scalar_converter(signature.name, p)) for i, p in enumerate(params) if not p.is_pointer
+        )
+        pointers = []
+        sized: list[Param] = []
+        for i, p in enumerate(params):
+            if p.is_pointer:
+                slot = None
+                if p.size is not None:
+                    slot = len(sized)
+                    sized.append(p)
+                pointers.append((i, p, p.dtype, not p.is_const, slot, p.dtype.str))
+        self.pointers = tuple(pointers)
+        self.sized = tuple(sized)
+        self.sizes_fn = _compile_sizes(signature) if sized else None
+        self.general_sizes = bool(sized) and self.sizes_fn is None
+
+    def _scalar_dict(self, values: list[Any]) -> dict[str, Any]:
+        params = self.signature.params
+        return {params[i].name: values[i] for i, _ in self.scalars}
+
+    def _sizes_general(self, values: list[Any]) -> tuple[int, ...]:
+        """KernelSignature.sizes, as before: its KeyError / ValueError / ZeroDivisionError."""
+        scalars = self._scalar_dict(values)
+        got = self.signature.sizes({k: v for k, v in scalars.items() if isinstance(v, int)})
+        return tuple(got[p.name] for p in self.sized)
+
+    def bind(self, args: Sequence[Any], full: bool = False) -> Any:
+        """Check ``args``. Returns (values, producer streams, our DeviceArrays, keep-alive list),
+        or with ``full`` the :class:`BoundArgs`."""
+        if len(args) != self.nparams:
+            params = self.signature.params
+            raise TypeError(
+                f"kernel {self.name} takes {len(params)} arguments ({', '.join(p.name for p in params)}), "
+                f"got {len(args)}"
+            )
+        values = list(args)
+        for i, convert in self.scalars:
+            values[i] = convert(values[i])
+
+        sizes: tuple[int, ...] = ()
+        if self.sizes_fn is not None:
+            try:
+                sizes = self.sizes_fn(values)
+                if min(sizes) < 0:
+                    sizes = self._sizes_general(values)  # raises the "negative" ValueError
+            except ZeroDivisionError:
+                sizes = self._sizes_general(values)  # raises with the expression in the message
+        elif self.general_sizes:
+            sizes = self._sizes_general(values)
+
+        streams: list[int] = []
+        ours: list[Any] = []
+        keep: list[Any] = []
+        arrays: dict[str, ArrayInfo] = {}
+        for i, p, dtype, writes, slot, typestr in self.pointers:
+            a = values[i]
+            if not full and type(a) is not DeviceArray and not isinstance(a, _NOT_FOREIGN):
+                ptr = _plain_cai_pointer(a, typestr, writes, None if slot is None else sizes[slot])
+                if ptr is not None:
+                    values[i] = ptr[0]
+                    if ptr[1] is not None and ptr[1] not in streams:
+                        streams.append(ptr[1])
+                    keep.append(a)
+                    continue
+            if type(a) is DeviceArray:
+                info = a._info
+                meta = a._meta
+                if meta is None:
+                    meta = a._launch_meta()
+                dt = info.dtype
+                if (
+                    (dt is dtype or dt == dtype)
+                    and meta[1]
+                    and not (writes and info.readonly)
+                    and (slot is None or meta[0] == sizes[slot])
+                    and (meta[2] != 0 or meta[0] == 0)
+                ):
+                    values[i] = meta[2]
+                    pending = a._pending
+                    if pending is not None:
+                        cs = pending.cai_stream
+                        if cs not in streams:
+                            streams.append(cs)
+                    ours.append(a)
+                    if full:
+                        arrays[p.name] = a.info
+                        keep.append(a)
+                    continue
+            # Anything else, and any failed fast check: the general check (which raises the error).
+            info, keepalive = _check_pointer(self, p, a, None if slot is None else sizes[slot], values)
+            values[i] = int(info.ptr)
+            if info.stream is not None and info.stream not in streams:
+                streams.append(info.stream)
+            if isinstance(keepalive, DeviceArray) and keepalive is a:
+                ours.append(a)
+            keep.append(keepalive)
+            if full:
+                arrays[p.name] = info
+        if full:
+            return BoundArgs(self.name, tuple(values), self._scalar_dict(values), arrays, tuple(streams),
+                             tuple(ours), tuple(keep))
+        return values, streams, ours, keep
+
+
+_plans: dict[int, tuple[KernelSignature, _Plan]] = {}
+_plans_lock = threading.Lock()
+
+
+def plan_for(signature: KernelSignature) -> _Plan:
+    """The check plan of ``signature`` (cached by identity: a KernelSignature is immutable)."""
+    entry = _plans.get(id(signature))
+    if entry is not None and entry[0] is signature:
+        return entry[1]
+    plan = _Plan(signature)
+    with _plans_lock:
+        if len(_plans) >= 1024:
+            _plans.clear()
+        _plans[id(signature)] = (signature, plan)  # holding the signature keeps its id unique
+    return plan
+
+
 def bind_args(signature: KernelSignature, args: Sequence[Any]) -> BoundArgs:
     """Check ``args`` against ``signature`` (see the module docstring). Touches no GPU for our
     arrays, CAI producers and scalars."""
-    name = signature.name
-    params = signature.params
-    if len(args) != len(params):
-        raise TypeError(
-            f"kernel {name} takes {len(params)} arguments ({', '.join(p.name for p in params)}), got {len(args)}"
-        )
-    scalars: dict[str, Any] = {}
-    for p, a in zip(params, args):
-        if not p.is_pointer:
-            scalars[p.name] = _convert_scalar(name, p, a)
-
-    expected_sizes = signature.sizes({k: v for k, v in scalars.items() if isinstance(v, int)})
-    arrays: dict[str, ArrayInfo] = {}
-    streams: list[int] = []
-    ours: list[Any] = []
-    keep: list[Any] = []
-    values: list[Any] = []
-    from .arrays import DeviceArray
-
-    for p, a in zip(params, args):
-        if not p.is_pointer:
-            values.append(scalars[p.name])
-            continue
-        where = _where(name, p)
-        if isinstance(a, np.ndarray):
-            raise TypeError(
-                f"{where}: got a NumPy array, which lives in host memory; pointer parameters need device "
-                "memory: pass pybridge.cuda.to_device(array) (or a CuPy/PyTorch/numba device array)"
-            )
-        if a is None or isinstance(a, (int, float, bool, np.generic)):
-            raise TypeError(f"{where}: expected a device array, got {type(a).__name__} {a!r}")
-        described = describe_array(a)
-        if described is None:
-            raise TypeError(
-                f"{where}: expected a device array (__cuda_array_interface__ or DLPack), got {type(a).__name__}"
-            )
-        info, keepalive = described
-        if info.dtype != p.dtype:
-            raise TypeError(f"{where}: expected {p.dtype.name} elements, got an array of {info.dtype.name}")
-        if not info.c_contiguous:
-            raise ValueError(
-                f"{where}: the array is not C-contiguous (shape {info.shape}, strides {info.strides}); "
-                "kernels get only a pointer, so pass a contiguous copy"
-            )
-        if info.readonly and not p.is_const:
-            raise ValueError(f"{where}: the array is read-only but the kernel may write it (non-const pointer)")
-        if p.name in expected_sizes and info.size != expected_sizes[p.name]:
-            used = sorted(signature.param(p.name).size_expr.names) if p.size else []  # type: ignore[union-attr]
-            bound = ", ".join(f"{k}={scalars[k]}" for k in used)
-            raise ValueError(
-                f"{where}: the array has {info.size} elements but the declaration needs {p.size} = "
-                f"{expected_sizes[p.name]}" + (f" (with {bound})" if bound else "")
-            )
-        if info.ptr == 0 and info.size != 0:
-            raise ValueError(f"{where}: null device pointer for a non-empty array")
-        arrays[p.name] = info
-        if info.stream is not None and info.stream not in streams:
-            streams.append(info.stream)
-        if isinstance(keepalive, DeviceArray) and keepalive is a:
-            ours.append(a)
-        keep.append(keepalive)
-        values.append(int(info.ptr))
-    return BoundArgs(name, tuple(values), scalars, arrays, tuple(streams), tuple(ours), tuple(keep))
+    result: BoundArgs = plan_for(signature).bind(args, full=True)
+    return result
 
 
 _proxy = threading.local()
@@ -220,6 +461,68 @@ def order_before(target_cai_stream: int, producer_streams: Sequence[int], what: 
             _driver.stream_wait(target_cai_stream, ps, what=what)
 
 
+def _direct_launch(function: Any) -> Callable[..., Any] | None:
+    """``launch(grid, block, stream, values, shared_mem)`` through PyCUDA's ``_launch_kernel``, or
+    None where that is not certain to be what ``prepared_async_call`` would do (not a PyCUDA
+    function, texture references to bind, no CUDA 4+ launch, or PYBRIDGE_CUDA_LAUNCH=prepared)."""
+    if os.environ.get("PYBRIDGE_CUDA_LAUNCH", "").strip().lower() == "prepared":
+        return None
+    if not type(function).__module__.startswith("pycuda"):
+        return None
+    try:
+        raw = function._launch_kernel
+        texrefs = function.texrefs
+        fmt = function.arg_format
+        from pycuda._pvt_struct import pack
+    except (AttributeError, ImportError):
+        return None
+    if texrefs or not isinstance(fmt, str):
+        return None
+
+    def launch(grid: tuple[int, int, int], block: tuple[int, int, int], stream: Any, values: list[Any],
+               shared_mem: int) -> None:
+        # prepared_async_call(grid, block, stream, *values, shared_size=shared_mem) minus its
+        # _set_block_shape (cuFuncSetBlockShape, which cuLaunchKernel's explicit block ignores).
+        raw(grid, block, pack(fmt, *values), shared_mem, stream)
+
+    return launch
+
+
+def _prepared_launch(function: Any) -> Callable[..., Any]:
+    call = function.prepared_async_call
+
+    def launch(grid: tuple[int, int, int], block: tuple[int, int, int], stream: Any, values: list[Any],
+               shared_mem: int) -> None:
+        call(grid, block, stream, *values, shared_size=shared_mem)
+
+    return launch
+
+
+_configs: dict[tuple[Any, ...], LaunchConfig] = {}
+
+
+def _config_for(grid: Dim3, block: Dim3, shared_mem: int) -> LaunchConfig:
+    """LaunchConfig(grid, block, shared_mem), shared for plain int / tuple-of-int arguments (a
+    LaunchConfig is immutable); anything else is built (and checked) each time."""
+    key = None
+    tg, tb = type(grid), type(block)
+    if (
+        type(shared_mem) is int
+        and (tg is int or (tg is tuple and all(type(v) is int for v in grid)))  # type: ignore[union-attr]
+        and (tb is int or (tb is tuple and all(type(v) is int for v in block)))  # type: ignore[union-attr]
+    ):
+        key = (grid, block, shared_mem)
+        config = _configs.get(key)
+        if config is not None:
+            return config
+    config = LaunchConfig(grid=grid, block=block, shared_mem=shared_mem)
+    if key is not None:
+        if len(_configs) >= 4096:
+            _configs.clear()
+        _configs[key] = config
+    return config
+
+
 class Kernel:
     """A CUDA kernel with a declaration; call it like a function::
 
@@ -235,6 +538,8 @@ class Kernel:
         self.arg_format = struct_format(self.signature)
         # Prepared once: later launches only pack the arguments (the low-overhead path).
         function.prepare(self.arg_format)
+        self._plan = plan_for(self.signature)
+        self._launch_fn: Callable[..., Any] | None = None  # chosen at the first launch
 
     @property
     def name(self) -> str:
@@ -245,7 +550,8 @@ class Kernel:
 
     def bind(self, *args: Any) -> BoundArgs:
         """Check arguments without launching."""
-        return bind_args(self.signature, args)
+        result: BoundArgs = self._plan.bind(args, full=True)
+        return result
 
     def __call__(self, *args: Any, grid: Dim3 | None = None, block: Dim3 | None = None,
                  shared_mem: int = 0, stream: Any = None, config: LaunchConfig | None = None) -> None:
@@ -255,27 +561,27 @@ class Kernel:
                     raise LaunchError(f"kernel {self.name}: give grid= and block= (or config=)", kernel=self.name)
                 config = self.default_config
             else:
-                config = LaunchConfig(grid=grid, block=block, shared_mem=shared_mem)
+                config = _config_for(grid, block, shared_mem)
         self.launch(config, args, stream=stream)
 
     def launch(self, config: LaunchConfig, args: Sequence[Any], stream: Any = None) -> None:
-        from .context import ensure_context
-        from .streams import Stream, as_stream
-
         ensure_context()
-        bound = bind_args(self.signature, args)
-        s = as_stream(stream)
+        values, producers, ours, keep = self._plan.bind(args)
+        s = DEFAULT_STREAM if stream is None else as_stream(stream)
         run_on: Stream = s
-        if s.is_external:
+        external = s._pycuda is None and s._handle not in (0, 1)
+        if external:
             # PyCUDA launches only on its own streams: run on our proxy stream, fenced both ways,
             # which orders the kernel exactly as if it ran on the foreign stream.
             run_on = _proxy_stream()
             _driver.stream_wait(run_on.cai_stream, s.cai_stream, what=self.name)
-        order_before(run_on.cai_stream, bound.producer_streams, self.name)
+        if producers:
+            order_before(run_on.cai_stream, producers, self.name)
+        launch_fn = self._launch_fn
+        if launch_fn is None:
+            launch_fn = self._launch_fn = _direct_launch(self.function) or _prepared_launch(self.function)
         try:
-            self.function.prepared_async_call(
-                config.grid, config.block, run_on.pycuda, *bound.values, shared_size=config.shared_mem
-            )
+            launch_fn(config.grid, config.block, run_on._pycuda, values, config.shared_mem)
         except Exception as e:
             if not type(e).__module__.startswith("pycuda"):
                 raise
@@ -288,10 +594,11 @@ class Kernel:
                     kernel=self.name, code=err.code, operation="launch",
                 ) from e
             raise err from e
-        if s.is_external:
+        if external:
             _driver.stream_wait(s.cai_stream, run_on.cai_stream, what=self.name)
-        for arr in bound.device_arrays:
-            arr._set_pending(s)
+        for arr in ours:
+            arr._pending = s
+        del keep  # imported DLPack producers stayed alive until the launch was queued
 
     # Function attributes, handy when choosing a block size.
     def attribute(self, name: str) -> int:

@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
+from .context import ensure_context
 from .errors import error_for_code
-from .kernel import bind_args, order_before
+from .kernel import order_before, plan_for
 from .signature import KernelSignature, parse_signature
+from .streams import DEFAULT_STREAM, as_stream
 
 __all__ = ["Launcher", "Launchers", "cdef_for", "load_launchers"]
 
@@ -56,31 +58,30 @@ class Launcher:
         self.__doc__ = f"{signature}  (+ stream=...)"
         # Casting pointers to their declared C types once per parameter.
         self._ctypes = [p.c_type for p in signature.params]
+        self._plan = plan_for(signature)
+        self._casts = tuple((i, ct) for i, (p, ct) in enumerate(zip(signature.params, self._ctypes)) if p.is_pointer)
 
     def __repr__(self) -> str:
         return f"<pybridge.cuda launcher {self.signature}>"
 
     def __call__(self, *args: Any, stream: Any = None) -> None:
-        from .context import ensure_context
-        from .streams import as_stream
-
         ensure_context()
-        bound = bind_args(self.signature, args)
-        s = as_stream(stream)
-        order_before(s.cai_stream, bound.producer_streams, self.signature.name)
-        ffi = self._owner.ffi
-        cargs = [
-            ffi.cast(ct, v) if p.is_pointer else v
-            for p, ct, v in zip(self.signature.params, self._ctypes, bound.values)
-        ]
-        rc = int(self._cfunc(*cargs, ffi.cast("void*", s.handle)))
+        values, producers, ours, keep = self._plan.bind(args)
+        s = DEFAULT_STREAM if stream is None else as_stream(stream)
+        if producers:
+            order_before(s.cai_stream, producers, self.signature.name)
+        cast = self._owner.ffi.cast
+        for i, ct in self._casts:
+            values[i] = cast(ct, values[i])
+        rc = int(self._cfunc(*values, cast("void*", s.handle)))
         if rc != 0:
             raise error_for_code(
                 rc, kernel=self.signature.name, operation="host launcher",
                 cuda_message=self._owner.error_string(rc),
             )
-        for arr in bound.device_arrays:
-            arr._set_pending(s)
+        for arr in ours:
+            arr._pending = s
+        del keep
 
 
 class Launchers:

@@ -109,8 +109,16 @@ def c_type_name(dtype: np.dtype) -> str:
     return _C_NAMES[np.dtype(dtype)]
 
 
+# Every declarable dtype's short name, computed once: ``dtype.name`` is Python code in NumPy
+# (``_name_get``) and costs microseconds, which error messages need but launches must not pay.
+_SHORT_NAME_OF: dict[np.dtype, str] = {dt: _SHORT_NAMES.get(dt, dt.name) for dt in SCALAR_TYPES.values()}
+
+
 def _short_name(dtype: np.dtype) -> str:
-    return _SHORT_NAMES.get(dtype, dtype.name)
+    try:
+        return _SHORT_NAME_OF[dtype]
+    except (KeyError, TypeError):
+        return _SHORT_NAMES.get(dtype, dtype.name)
 
 
 # ---------------------------------------------------------------------------- size expressions
@@ -171,6 +179,25 @@ class SizeExpr:
 
     def __str__(self) -> str:
         return self.text
+
+    def python_source(self, name_to_source: Mapping[str, str]) -> str:
+        """The expression as Python source, each name replaced by ``name_to_source[name]``
+        (``/`` becomes ``//``: both round down). Used to compile size checks once per kernel;
+        :meth:`evaluate` stays the reference (and gives the error messages)."""
+
+        def src(node: _Node) -> str:
+            if isinstance(node, int):
+                return repr(node)
+            if isinstance(node, str):
+                return name_to_source[node]
+            if len(node) == 2:
+                return f"(-{src(node[1])})"
+            op, left, right = node
+            if op in ("min", "max"):
+                return f"{op}({src(left)}, {src(right)})"
+            return f"({src(left)} {'//' if op == '/' else op} {src(right)})"
+
+        return src(self.tree)
 
 
 _EXPR_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(.))")

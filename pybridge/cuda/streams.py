@@ -18,7 +18,7 @@ from typing import Any
 from . import _driver
 from .context import ensure_context, pycuda_driver
 
-__all__ = ["Event", "Stream", "as_stream", "stream_handle"]
+__all__ = ["DEFAULT_STREAM", "Event", "Stream", "as_stream", "stream_handle"]
 
 
 class Stream:
@@ -135,17 +135,22 @@ def stream_handle(obj: Any) -> int:
     return as_stream(obj).handle
 
 
+# The legacy default stream as one shared object: a Stream is immutable, and the default stream
+# has no PyCUDA object or owner, so every `stream=None` can use this one instead of a new object.
+DEFAULT_STREAM = Stream(_handle=0)
+
+
 def as_stream(obj: Any) -> Stream:
     """None (legacy default), Stream, PyCUDA Stream, ``__cuda_stream__`` objects, torch/CuPy/numba
     streams and raw ints (0 and 1 = legacy default) as a :class:`Stream`."""
     if obj is None:
-        return Stream.default()
+        return DEFAULT_STREAM
     if isinstance(obj, Stream):
         return obj
     if isinstance(obj, bool):
         raise TypeError("a stream cannot be a bool")
     if isinstance(obj, int):
-        return Stream.default() if obj in (0, 1) else Stream.external(obj)
+        return DEFAULT_STREAM if obj in (0, 1) else Stream.external(obj)
     proto = getattr(obj, "__cuda_stream__", None)
     if proto is not None:
         value = proto() if callable(proto) else proto

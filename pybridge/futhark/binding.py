@@ -18,6 +18,7 @@ import io
 import importlib.util
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -68,8 +69,9 @@ def bind_abi(cdef: str, library: Path) -> tuple[Any, Any]:
     return ffi, lib
 
 
-def bind_api(cdef: str, library: Path, header: Path) -> tuple[Any, Any]:
-    """(ffi, lib) through an out-of-line API-mode extension compiled against ``header``."""
+def bind_api(cdef: str, library: Path, header: Path, include_dirs: Sequence[str] = ()) -> tuple[Any, Any]:
+    """(ffi, lib) through an out-of-line API-mode extension compiled against ``header``
+    (``include_dirs``: where the headers it includes are, e.g. cuda.h and nvrtc.h)."""
     name = _module_name("api", cdef, library)
     out = cache_dir() / "ffi"
     with _lock:
@@ -78,12 +80,13 @@ def bind_api(cdef: str, library: Path, header: Path) -> tuple[Any, Any]:
             found = sorted(out.glob(f"{name}.*.so")) + sorted(out.glob(f"{name}.so"))
             if not found:
                 builder = cffi.FFI()
-                builder.cdef(cdef.replace("typedef unsigned long long CUdeviceptr;\n", ""))
+                # The header declares CUdeviceptr (through cuda.h): let the C compiler size it.
+                builder.cdef(cdef.replace("typedef unsigned long long CUdeviceptr;", "typedef int... CUdeviceptr;"))
                 libdir = str(library.parent)
                 builder.set_source(
                     name,
                     f'#include "{header.name}"',
-                    include_dirs=[str(header.parent)],
+                    include_dirs=[str(header.parent), *include_dirs],
                     library_dirs=[libdir],
                     libraries=[library.stem.removeprefix("lib")],
                     extra_link_args=[f"-Wl,-rpath,{libdir}"],

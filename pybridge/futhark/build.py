@@ -42,9 +42,14 @@ def futhark_compiler() -> str | None:
     return shutil.which(exe) or (exe if Path(exe).is_file() else None)
 
 
-def _cuda_dirs() -> tuple[list[str], list[str]]:
+def cuda_home() -> Path:
+    """The CUDA toolkit: $CUDA_HOME, else where nvcc is, else /usr/local/cuda."""
     nvcc = shutil.which(os.environ.get("NVCC", "nvcc"))
-    home = Path(os.environ.get("CUDA_HOME") or (Path(nvcc).resolve().parent.parent if nvcc else "/usr/local/cuda"))
+    return Path(os.environ.get("CUDA_HOME") or (Path(nvcc).resolve().parent.parent if nvcc else "/usr/local/cuda"))
+
+
+def _cuda_dirs() -> tuple[list[str], list[str]]:
+    home = cuda_home()
     lib = home / "lib64"
     return [f"-I{home / 'include'}"], [f"-L{lib}", f"-Wl,-rpath,{lib}"]
 

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 from ..paths import find_build_file
 from .binding import bind_abi, bind_api
+from .build import cuda_home
 from .cdef import RAW_POINTER_CTYPE, cdef_for
 from .context import Config, Context
 from .entry import EntryPoint
@@ -93,7 +94,9 @@ class Library:
             header = self.path.with_name(f"{self.path.stem.removeprefix('lib')}.h")
             if not header.exists():
                 raise FileNotFoundError(f"API mode needs the header {header} next to the library")
-            self.ffi, self.lib = bind_api(cdef, self.path, header)
+            # The cuda backend's header includes cuda.h and nvrtc.h.
+            includes = [str(cuda_home() / "include")] if self.backend == "cuda" else []
+            self.ffi, self.lib = bind_api(cdef, self.path, header, includes)
         else:
             raise ValueError(f"mode must be 'abi' or 'api', got {mode!r}")
         if self.backend == "cuda":

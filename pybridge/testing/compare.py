@@ -15,12 +15,21 @@ strings must be equal; floats must be within the tolerance:
 
 An element passes when it meets any criterion that was asked for. NaN equals NaN only with
 ``equal_nan=True``; infinities must match exactly.
+
+``rule=`` replaces all of that with an acceptance rule of your own: an object with
+``check(args, expected, actual)`` returning something with ``.ok`` and ``.message`` (the example
+catalog's tolerances, ``pybridge.examples.get("saxpy").tolerance``), or a callable
+``rule(args, expected, actual)`` returning a bool or ``(ok, message)``.
+
+``errors=`` makes errors part of the specification: where the reference raises, the target must
+raise one of the given exception types too (its message matching ``error_match=``), and vice versa.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
@@ -532,7 +541,8 @@ class KernelTarget(Target):
     NumPy scalars; the non-const pointers are read back as the results. ``block`` (default 256) and
     ``grid`` may be values or functions of the drawn sizes; the default grid covers the longest
     array with one thread per element (``pybridge.cuda.grid_for``, which launches one block even
-    for empty arrays); a grid of 0 blocks skips the launch.
+    for empty arrays); a grid of 0 blocks skips the launch. ``shared_mem`` (bytes of dynamic
+    shared memory, a value or a function of the drawn sizes) is passed to the launch when given.
     """
 
     def __init__(
@@ -542,12 +552,14 @@ class KernelTarget(Target):
         grid: Any = None,
         block: Any = None,
         stream: Any = None,
+        shared_mem: Any = None,
         to_device: Callable[..., Any] | None = None,
         grid_for: Callable[[int, int], Any] | None = None,
     ):
         self.kernel = kernel
         self.signature = kernel.signature
         self.grid, self.block, self.stream = grid, block, stream
+        self.shared_mem = shared_mem
         # Injectable so the launch logic can be tested without a GPU; default: pybridge.cuda's.
         self._to_device, self._grid_for = to_device, grid_for
         self.name = f"CUDA kernel {getattr(self.signature, 'name', '?')!r}"
@@ -580,8 +592,11 @@ class KernelTarget(Target):
             grid = self.grid(case.sizes) if callable(self.grid) else self.grid
         else:
             grid = grid_for(longest, block if isinstance(block, int) else int(np.prod(block)))
+        launch: dict[str, Any] = {"grid": grid, "block": block, "stream": self.stream}
+        if self.shared_mem is not None:
+            launch["shared_mem"] = int(self.shared_mem(case.sizes) if callable(self.shared_mem) else self.shared_mem)
         if grid != 0 and grid != (0,):
-            self.kernel(*args, grid=grid, block=block, stream=self.stream)
+            self.kernel(*args, **launch)
         if self.stream is not None and hasattr(self.stream, "synchronize"):
             self.stream.synchronize()
         host = tuple(to_numpy(d) for d in outs)
@@ -617,10 +632,62 @@ def as_target(target: Any, **kwargs: Any) -> Target:
         return FutharkTarget(target)
     sig = getattr(target, "signature", None)
     if sig is not None and hasattr(sig, "params") and not isinstance(sig, InputSpec):
-        return KernelTarget(target, grid=kwargs.get("grid"), block=kwargs.get("block"), stream=kwargs.get("stream"))
+        return KernelTarget(
+            target, grid=kwargs.get("grid"), block=kwargs.get("block"), stream=kwargs.get("stream"),
+            shared_mem=kwargs.get("shared_mem"),
+        )
     if callable(target):
         return CallableTarget(target, kwargs.get("spec"))
     raise TypeError(f"cannot test {target!r}: expected a Futhark entry point, a CUDA Kernel or a callable")
+
+
+# ---------------------------------------------------------------- rules and expected errors
+
+def _rule_name(rule: Any) -> str:
+    text = getattr(rule, "rule", None)
+    if isinstance(text, str) and text:
+        return text
+    return getattr(rule, "__qualname__", None) or getattr(rule, "__name__", None) or type(rule).__name__
+
+
+def apply_rule(rule: Any, args: Sequence[Any], expected: Any, got: Any) -> list[Mismatch]:
+    """Judge ``got`` by an acceptance rule (see ``rule=`` of :func:`check_against`); [] if accepted."""
+    check = getattr(rule, "check", None)
+    result = check(tuple(args), expected, got) if callable(check) else rule(tuple(args), expected, got)
+    if isinstance(result, tuple):
+        ok, message = bool(result[0]), str(result[1]) if len(result) > 1 else ""
+    elif isinstance(result, (bool, np.bool_)):
+        ok, message = bool(result), ""
+    elif hasattr(result, "ok"):
+        ok, message = bool(result.ok), str(getattr(result, "message", ""))
+    else:
+        raise TypeError(f"rule {_rule_name(rule)!r} returned {result!r}: expected a bool, (ok, message) or .ok/.message")
+    if ok:
+        return []
+    return [Mismatch("result", f"rejected by the rule '{_rule_name(rule)}'" + (f": {message}" if message else ""))]
+
+
+def _short(v: Any, limit: int = 200) -> str:
+    with np.printoptions(threshold=16, edgeitems=3):
+        text = repr(v).replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _error_mismatches(
+    got_exc: BaseException | None, ref_exc: BaseException | None, got: Any, expected: Any, error_match: str | None
+) -> list[Mismatch]:
+    """Where at least one side raised (with ``errors=``): both must have, with a matching message."""
+    if got_exc is not None and ref_exc is not None:
+        if error_match is not None and re.search(error_match, str(got_exc)) is None:
+            return [Mismatch("error", f"the target raised {type(got_exc).__name__}: {_short(str(got_exc))}, "
+                                      f"which does not match {error_match!r}")]
+        return []
+    if ref_exc is not None:
+        return [Mismatch("result", f"expected an error (the reference raised {type(ref_exc).__name__}: "
+                                   f"{_short(str(ref_exc))}), but the target returned {_short(got)}")]
+    assert got_exc is not None
+    return [Mismatch("result", f"the target raised {type(got_exc).__name__}: {_short(str(got_exc))}, "
+                               f"but the reference returned {_short(expected)}")]
 
 
 # ---------------------------------------------------------------- check_against
@@ -657,7 +724,7 @@ def check_against(
     source: Any = None,
     min_size: int = 0,
     max_size: int = 32,
-    extra_sizes: Iterable[int] = (),
+    extra_sizes: Iterable[int] | Mapping[str, Iterable[int]] = (),
     max_elements: int = 1 << 22,
     allow_nan: bool = False,
     allow_infinity: bool = False,
@@ -673,9 +740,13 @@ def check_against(
     reduction: bool | Callable[..., Any] = False,
     equal_nan: bool = False,
     check_dtype: bool = False,
+    rule: Any = None,
+    errors: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+    error_match: str | None = None,
     grid: Any = None,
     block: Any = None,
     stream: Any = None,
+    shared_mem: Any = None,
     examples: Iterable[Mapping[str, Any]] = (),
     max_examples: int = 100,
     settings: Settings | None = None,
@@ -694,7 +765,27 @@ def check_against(
     difference Hypothesis shrinks the case and re-raises :class:`MismatchError` (an
     ``AssertionError``) whose message lists the mismatching indices and the inputs; its
     ``.inputs`` is the minimal case.
+
+    ``rule=``: an acceptance rule instead of the tolerance options (``rule.check(args, expected,
+    actual)`` with ``.ok``/``.message``, e.g. a catalog tolerance, or a callable returning a bool
+    or ``(ok, message)``); it gets the NumPy results and its own copy of the inputs.
+
+    ``errors=``: exception type(s) of the target that the specification allows: where the
+    reference raises (any exception), the target must raise one of them, with ``error_match``
+    (a regular expression, as in ``pytest.raises(match=)``) found in its message; where only one
+    side raises, the case fails. Other exceptions of the target propagate, as without ``errors=``.
+
+    ``grid=``, ``block=``, ``stream=``, ``shared_mem=``: launch options of a CUDA Kernel target.
     """
+    if rule is not None and (rtol is not None or atol is not None or ulps is not None or reduction is not False
+                             or equal_nan or check_dtype):
+        raise TypeError("rule= replaces rtol/atol/ulps/reduction/equal_nan/check_dtype: give one or the other")
+    if errors is not None:
+        allowed = errors if isinstance(errors, tuple) else (errors,)
+        if not allowed or not all(isinstance(e, type) and issubclass(e, BaseException) for e in allowed):
+            raise TypeError(f"errors= must be an exception type or a tuple of them, got {errors!r}")
+    elif error_match is not None:
+        raise TypeError("error_match= needs errors= (the exception types the target may raise)")
     if isinstance(signature, InputSpec):
         spec: InputSpec | None = signature
     elif isinstance(signature, str):
@@ -703,7 +794,7 @@ def check_against(
         spec = spec_from_kernel(signature, sizes=sizes, shapes=shapes)
     else:
         spec = None
-    tgt = as_target(target, grid=grid, block=block, stream=stream, spec=spec)
+    tgt = as_target(target, grid=grid, block=block, stream=stream, shared_mem=shared_mem, spec=spec)
     if spec is None and inputs is None:
         if isinstance(tgt, FutharkTarget):
             spec = tgt.spec(sizes=sizes, shapes=shapes, source=source)
@@ -740,18 +831,40 @@ def check_against(
 
     def check_case(case: Inputs) -> None:
         bound: Any = None
+        got: Any = None
+        expected: Any = None
+        got_exc: BaseException | None = None
+        ref_exc: BaseException | None = None
         # Overflow to inf or 0/0 on either side is part of what is compared, not a warning.
         with np.errstate(all="ignore"):
             # The target first: when both sides fail on an input, the target's error is the news.
-            got = tgt(case.copy())
-            if reduction is True:
-                bound = _inputs_bound(case)
-            elif callable(reduction):
-                bound = reduction(*copy.deepcopy(case.args))
-            expected = ref(case.copy())
-        ms = compare(got, expected, tol, bound=bound)
+            if errors is None:
+                got = tgt(case.copy())
+            else:
+                try:
+                    got = tgt(case.copy())
+                except errors as e:
+                    got_exc = e
+            if got_exc is None and rule is None:
+                if reduction is True:
+                    bound = _inputs_bound(case)
+                elif callable(reduction):
+                    bound = reduction(*copy.deepcopy(case.args))
+            if errors is None:
+                expected = ref(case.copy())
+            else:
+                try:
+                    expected = ref(case.copy())
+                except Exception as e:  # noqa: BLE001 - the reference says: this input is an error
+                    ref_exc = e
+        if got_exc is not None or ref_exc is not None:
+            ms = _error_mismatches(got_exc, ref_exc, got, expected, error_match)
+        elif rule is not None:
+            ms = apply_rule(rule, case.copy().args, expected, got)
+        else:
+            ms = compare(got, expected, tol, bound=bound)
         if ms:
-            raise MismatchError(_message(what, ms, case), case, ms, got, expected)
+            raise MismatchError(_message(what, ms, case), case, ms, got, expected) from got_exc
 
     run = given(case=strategy)(check_case)
     # One minimal failure, not an ExceptionGroup of every distinct one Hypothesis met on the way.
@@ -781,6 +894,7 @@ __all__ = [
     "MismatchError",
     "Target",
     "Tolerance",
+    "apply_rule",
     "as_target",
     "assert_close",
     "check_against",

@@ -31,7 +31,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar, Union
 
 import numpy as np
 from hypothesis import assume
@@ -681,6 +681,22 @@ def block_sizes(block: int = 256, *, large: int | None = None) -> tuple[int, ...
     return tuple(sorted({s for s in out if s >= 0}))
 
 
+T = TypeVar("T")
+
+
+def seeded(make: Callable[[np.random.Generator], T]) -> st.SearchStrategy[T]:
+    """``make(numpy.random.default_rng(seed))`` for a drawn 32-bit seed.
+
+    For dense random arrays of any size: Hypothesis draws only the seed, where its own ``arrays``
+    would draw a few elements and fill the rest with one value (and cannot draw thousands of
+    elements one by one). Shrinks towards seed 0. Typically a function of the drawn sizes, given
+    as ``values=``::
+
+        values={"b": lambda s: seeded(lambda rng: rng.uniform(-2, 2, (s["k"], s["n"])).astype(np.float32))}
+    """
+    return st.integers(0, 2**32 - 1).map(lambda seed: make(np.random.default_rng(seed)))
+
+
 # ---------------------------------------------------------------- the inputs strategy
 
 StrategyOrFactory = Union[st.SearchStrategy[Any], Callable[[Mapping[str, int]], st.SearchStrategy[Any]]]
@@ -692,7 +708,7 @@ class GenOptions:
 
     min_size: int = 0
     max_size: int = 32
-    extra_sizes: tuple[int, ...] = ()
+    extra_sizes: tuple[int, ...] | Mapping[str, tuple[int, ...]] = ()  # for every size, or per size name
     max_elements: int = 1 << 22
     allow_nan: bool = False
     allow_infinity: bool = False
@@ -793,7 +809,7 @@ def inputs(
     *,
     min_size: int = 0,
     max_size: int = 32,
-    extra_sizes: Iterable[int] = (),
+    extra_sizes: Iterable[int] | Mapping[str, Iterable[int]] = (),
     max_elements: int = 1 << 22,
     allow_nan: bool = False,
     allow_infinity: bool = False,
@@ -807,7 +823,9 @@ def inputs(
     """A strategy of :class:`Inputs` for ``spec``.
 
     - ``min_size``/``max_size``: bounds of every size name; ``extra_sizes``: sizes also tried
-      (0, 1, block±1, a large one: see :func:`block_sizes`); ``max_elements`` caps one array.
+      (0, 1, block±1, a large one: see :func:`block_sizes`), for every size, or per size name
+      (``{"n": block_sizes(256), "nbins": (0, 12288)}``; sizes not named get none);
+      ``max_elements`` caps one array.
     - ``ranges={"name": (lo, hi)}``: bounds for a parameter's elements (dotted paths for record
       fields) or for a size name; ``min_value``/``max_value``: default bounds of every number.
     - ``elements={"xs": strategy}`` replaces a parameter's element strategy; ``values={"p":
@@ -817,7 +835,9 @@ def inputs(
     o = GenOptions(
         min_size=min_size,
         max_size=max_size,
-        extra_sizes=tuple(extra_sizes),
+        extra_sizes=(
+            {k: tuple(v) for k, v in extra_sizes.items()} if isinstance(extra_sizes, Mapping) else tuple(extra_sizes)
+        ),
         max_elements=max_elements,
         allow_nan=allow_nan,
         allow_infinity=allow_infinity,
@@ -834,6 +854,10 @@ def inputs(
         for k in keys:
             if k.split(".")[0] not in known:
                 raise ValueError(f"{what}: {k!r} is neither a parameter nor a size of {spec.name}; known: {sorted(known)}")
+    if isinstance(o.extra_sizes, Mapping):
+        for k in o.extra_sizes:
+            if k not in names:
+                raise ValueError(f"extra_sizes: {k!r} is not a size of {spec.name}; sizes: {names}")
     # Validate now, not at the first draw: unknown types fail with a message that says what to do.
     for p in spec.params:
         for path, unknown in _unknown_paths(p.spec, p.name):
@@ -845,7 +869,8 @@ def inputs(
         lo, hi = o.ranges.get(n, (o.min_size, o.max_size))
         lo = o.min_size if lo is None else int(lo)
         hi = max(lo, o.max_size) if hi is None else int(hi)
-        size_strategies[n] = sizes_strategy(lo, hi, o.extra_sizes)
+        extras = o.extra_sizes.get(n, ()) if isinstance(o.extra_sizes, Mapping) else o.extra_sizes
+        size_strategies[n] = sizes_strategy(lo, hi, extras)
     all_independent = all("[" in n for n in names) and not o.extra_sizes and not o.ranges
 
     @st.composite
@@ -946,6 +971,7 @@ __all__ = [
     "find_source",
     "inputs",
     "kernel_inputs",
+    "seeded",
     "signature_inputs",
     "sizes_strategy",
     "size_names_in",

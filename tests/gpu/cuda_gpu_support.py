@@ -1,10 +1,12 @@
 """Shared setup for the pybridge.cuda GPU tests: skip (with the reason) unless PyCUDA, a GPU and
-the built kernels are all there; lazily built big inputs for hypothesis @example."""
+the built kernels are all there; big inputs described lazily (built only when a test runs); dense
+random arrays for pybridge.testing's ``values=``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pytest
@@ -46,14 +48,29 @@ class Big:
         rng = np.random.default_rng(self.seed)
         if self.kind == "uniform01":
             return rng.random(self.n, dtype=np.float32) * np.float32(scale)
-        return (rng.standard_normal(self.n, dtype=np.float32) * np.float32(scale)).astype(np.float32)
+        return normal_f32(rng, self.n, scale)
 
     def ints(self, lo: int, hi: int) -> np.ndarray:
         return np.random.default_rng(self.seed).integers(lo, hi, self.n, dtype=np.int32)
 
 
-def materialize(x: np.ndarray | Big, scale: float = 1.0) -> np.ndarray:
-    return x.floats(scale) if isinstance(x, Big) else np.ascontiguousarray(x, dtype=np.float32)
+def normal_f32(rng: np.random.Generator, shape: Any, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(np.float32)
+
+
+def uniform_f32(rng: np.random.Generator, shape: Any, lo: float, hi: float) -> np.ndarray:
+    return rng.uniform(lo, hi, shape).astype(np.float32)
+
+
+Sizes = Mapping[str, int]
+
+
+def dense(make: Callable[[np.random.Generator, Sizes], np.ndarray]) -> Callable[[Sizes], Any]:
+    """A ``values=`` entry for pybridge.testing: ``make(rng, sizes)`` from a drawn seed, so every
+    element is random at any size (Hypothesis' own arrays draw a few elements and fill the rest)."""
+    from pybridge.testing import seeded
+
+    return lambda sizes: seeded(lambda rng: make(rng, sizes))
 
 
 def first_mismatch(got: np.ndarray, want: np.ndarray) -> str:

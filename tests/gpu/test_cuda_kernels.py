@@ -1,60 +1,70 @@
-"""Every kernel of kernels_cu/ against NumPy, property-tested with hypothesis, through each path:
+"""Every kernel of kernels_cu/ against NumPy, property-tested with pybridge.testing.check_against,
+through each path:
 
 * ``kernel``: the PyCUDA path (catalog.cuda_* -> checked Kernel launches), legacy default stream;
 * ``stream``: the same on a non-blocking pybridge Stream;
-* ``launcher``: the cffi-bound C host launchers of build/cuda/lib<mod>.so.
+* ``launcher``: the cffi-bound C host launchers of build/cuda/lib<mod>.so;
 
-Sizes cover 0, 1, non-multiples of the block and tile sizes, and large explicit examples (2^24 + 3
-elements, 2^26 + 5 for the scan). Tolerances, per operation, with eps = 2^-23 (float32 machine
-epsilon, = 2u for the unit roundoff u = 2^-24):
+each wrapped with ``pybridge.testing.on_device`` (NumPy in, device arrays to the operation, results
+read back); and the single-launch kernels once more as pybridge.cuda Kernel objects driven by the
+toolkit's KernelTarget (test_kernel_object), on the default stream and on a Stream.
 
-* saxpy, chain, histogram, mandelbrot: exact. The float kernels round each multiply and add on
-  its own (__fmul_rn/__fadd_rn), exactly like NumPy's float32 ufuncs, so results are bit-identical;
-  histogram is integer counting.
+Inputs come from each operation's signature, written as a Futhark-style header (``[n]`` shared
+between parameters; a scalar that sizes the result, such as ``nbins`` or ``w``/``h``, is drawn like
+a size), or from the kernel's own declaration. Sizes cover 0, 1, non-multiples of the block and
+tile sizes (``extra_sizes=``), and large explicit examples (2^24 + 3 elements, 2^26 + 5 for the
+scan; ``examples=``). Tolerances, per operation, with eps = 2^-23 (float32 machine epsilon, = 2u
+for the unit roundoff u = 2^-24):
+
+* saxpy, chain, histogram, mandelbrot: exact (``ulps=0``: bit-identical up to the sign of zero,
+  NaN matching NaN; integers are always compared exactly). The float kernels round each multiply
+  and add on its own (__fmul_rn/__fadd_rn), exactly like NumPy's float32 ufuncs, so results are
+  bit-identical; histogram is integer counting.
 * sum: any order of n-1 float additions is within gamma_{n-1} * sum|x| <= n * eps * sum|x| of the
-  exact sum (Higham, Accuracy and Stability, eq. 4.4), compared with math.fsum (exact).
+  exact sum (Higham, Accuracy and Stability, eq. 4.4), compared with math.fsum (exact): that is
+  the toolkit's ``reduction=True`` (n * eps * sum|x| over the float inputs, eps of the float32
+  result); for n = 0 the bound is 0, so an empty sum must be exactly 0.
 * scan: prefix i is a sum of i+1 terms by some addition tree, so the same bound per prefix:
-  |out_i - S_i| <= (i+1) * eps * sum_{j<=i} |x_j| (exact S_i from float64 cumsum of float32 data).
+  |out_i - S_i| <= (i+1) * eps * sum_{j<=i} |x_j| (exact S_i from float64 cumsum of float32 data),
+  given to ``reduction=`` as a function of the inputs.
 * matmul: each c_ij is a length-k dot product accumulated with fmaf, within
-  gamma_k * sum_l |a_il||b_lj| <= k * eps * (|A| @ |B|)_ij of the exact value.
+  gamma_k * sum_l |a_il||b_lj| <= k * eps * (|A| @ |B|)_ij of the exact value (``reduction=``).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
-from cuda_gpu_support import EPS32, Big, first_mismatch, materialize, require_cuda
-from hypothesis import HealthCheck, example, given, settings
+from cuda_gpu_support import EPS32, Big, dense, normal_f32, require_cuda, uniform_f32
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays
+
+from pybridge.testing import check_against, on_device
 
 pytestmark = pytest.mark.gpu
 
 GPU_SETTINGS = settings(
-    max_examples=int(os.environ.get("PYBRIDGE_GPU_EXAMPLES", "40")),  # per test and path, plus the @examples
+    max_examples=int(os.environ.get("PYBRIDGE_GPU_EXAMPLES", "40")),  # per test and path, plus the examples
     deadline=None,  # the first launch loads the module; device timing varies
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+    report_multiple_bugs=False,  # one minimal failure
 )
 
 # Sizes around the block (256), scan tile (2048) and warp (32) boundaries, plus anything up to 5000.
-SIZES = st.one_of(
-    st.sampled_from([0, 1, 2, 31, 32, 33, 255, 256, 257, 1023, 1025, 2047, 2048, 2049, 4095, 4097]),
-    st.integers(0, 5000),
-)
-ALL_F32 = st.floats(width=32)  # including NaN, inf, subnormals: the exact kernels must agree on all
+SIZE_EDGES = (0, 1, 2, 31, 32, 33, 255, 256, 257, 1023, 1025, 2047, 2048, 2049, 4095, 4097)
+SIZES: dict[str, Any] = dict(max_size=5000, extra_sizes=SIZE_EDGES)
+# Every float32, NaN, infinities and subnormals included: the exact kernels must agree on all.
+ALL_F32: dict[str, Any] = dict(allow_nan=True, allow_infinity=True, allow_subnormal=True)
+EXACT: dict[str, Any] = dict(ulps=0, equal_nan=True)
 PATHS = ["kernel", "stream", "launcher"]
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-
-
-def f32s(lo: float, hi: float) -> st.SearchStrategy[float]:
-    # hypothesis wants float32-representable bounds for width=32 (1e-4 is not).
-    lo32, hi32 = float(np.float32(lo)), float(np.float32(hi))
-    return st.floats(min_value=lo32, max_value=hi32, width=32, allow_nan=False, allow_infinity=False)
+f32 = np.float32
+i32 = np.int32
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -82,92 +92,96 @@ def launchers(module: str) -> Any:
     return load_launchers(module)
 
 
-def dev(a: np.ndarray) -> Any:
-    from pybridge.cuda import to_device
-
-    return to_device(a)
-
-
 def empty(shape: Any, dtype: Any = np.float32) -> Any:
     from pybridge.cuda import empty as _empty
 
     return _empty(shape, dtype)
 
 
+def on_path(name: str, path: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a function of device arrays) taking and returning NumPy, named for the reports and
+    for Hypothesis' example database (one per path)."""
+    fn.__name__ = fn.__qualname__ = f"{name}[{path}]"
+    return on_device(fn)
+
+
 # ------------------------------------------------------------------------------------- saxpy
 
 
-def run_saxpy(path: str, a: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def saxpy_on(path: str) -> Callable[..., Any]:
     from pybridge.cuda import catalog
 
-    xd, yd = dev(x), dev(y)
-    if path == "launcher":
-        out = empty(x.size)
-        launchers("saxpy").launch_saxpy(a, xd, yd, out, x.size)
-    else:
-        out = catalog.cuda_saxpy(a, xd, yd, stream=stream_for(path))
-    return out.get()
+    def run(a: Any, x: Any, y: Any) -> Any:
+        if path == "launcher":
+            out = empty(x.size)
+            launchers("saxpy").launch_saxpy(a, x, y, out, x.size)
+            return out
+        return catalog.cuda_saxpy(a, x, y, stream=stream_for(path))
+
+    return on_path("saxpy", path, run)
 
 
 @pytest.mark.parametrize("path", PATHS)
-@GPU_SETTINGS
-@given(a=ALL_F32, x=arrays(np.float32, SIZES, elements=ALL_F32), seed=st.integers(0, 2**32 - 1))
-@example(a=2.5, x=Big(2**24 + 3, 1), seed=2)
-@example(a=-0.0, x=np.zeros(0, np.float32), seed=0)
-def test_saxpy_exact(path: str, a: float, x: Any, seed: int) -> None:
+def test_saxpy_exact(path: str) -> None:
     from pybridge.cuda.catalog import reference_saxpy
 
-    xs = materialize(x)
-    ys = Big(xs.size, seed).floats()
-    got = run_saxpy(path, a, xs, ys)
-    want = reference_saxpy(a, xs, ys)
-    assert np.array_equal(got, want, equal_nan=True), f"saxpy a={a!r} n={xs.size}: {first_mismatch(got, want)}"
+    big = 2**24 + 3
+    check_against(
+        reference_saxpy, saxpy_on(path),
+        signature="entry saxpy [n] (a: f32) (x: [n]f32) (y: [n]f32) : [n]f32",
+        **SIZES, **ALL_F32, **EXACT,
+        values={"y": dense(lambda rng, s: normal_f32(rng, s["n"]))},  # a, x: any float32; y: dense N(0, 1)
+        examples=[
+            {"a": f32(2.5), "x": Big(big, 1).floats(), "y": Big(big, 2).floats()},
+            {"a": f32(-0.0), "x": np.zeros(0, f32), "y": np.zeros(0, f32)},
+        ],
+        settings=GPU_SETTINGS,
+    )
 
 
 # ------------------------------------------------------------------------------------- sum
 
 
-def run_sum(path: str, x: np.ndarray) -> np.float32:
+def sum_on(path: str) -> Callable[..., Any]:
     from pybridge.cuda import catalog
 
-    xd = dev(x)
-    if path == "launcher":
-        out = empty(1)
-        scratch = empty(catalog.sum_num_partials(x.size))
-        launchers("reduce").launch_sum(xd, out, x.size, scratch)
-    else:
-        out = catalog.cuda_sum(xd, stream=stream_for(path))
-    return out.get()[0]
+    def run(x: Any) -> Any:
+        if path == "launcher":
+            out = empty(1)
+            scratch = empty(catalog.sum_num_partials(x.size))
+            launchers("reduce").launch_sum(x, out, x.size, scratch)
+            return out
+        return catalog.cuda_sum(x, stream=stream_for(path))
+
+    return on_path("sum", path, run)
 
 
-def check_sum(got: float, x: np.ndarray) -> None:
+def exact_sum(x: np.ndarray) -> np.ndarray:
+    """The exact sum (math.fsum), as the 1-element array the operation returns."""
     from pybridge.cuda.catalog import reference_sum
 
-    exact = reference_sum(x)
-    bound = x.size * EPS32 * float(np.abs(x.astype(np.float64)).sum())
-    err = abs(float(got) - exact)
-    assert err <= bound, f"sum of n={x.size}: got {got!r}, exact {exact!r}, |err| {err:.3g} > bound {bound:.3g}"
+    return np.array([reference_sum(x)])
 
 
 @pytest.mark.parametrize("path", PATHS)
-@GPU_SETTINGS
-@given(x=arrays(np.float32, SIZES, elements=f32s(-1e4, 1e4)))
-@example(x=Big(2**24 + 3, 7))
-@example(x=np.array([1e8, 1.0, -1e8], np.float32))
-def test_sum_accuracy(path: str, x: Any) -> None:
-    xs = materialize(x)
-    got = run_sum(path, xs)
-    if xs.size == 0:
-        assert got == 0.0
-    check_sum(got, xs)
+def test_sum_accuracy(path: str) -> None:
+    check_against(
+        exact_sum, sum_on(path),
+        signature="entry sum [n] (x: [n]f32) : [1]f32",
+        **SIZES, min_value=-1e4, max_value=1e4, allow_subnormal=True,
+        reduction=True,  # n * eps32 * sum|x| (see the module docstring)
+        examples=[{"x": Big(2**24 + 3, 7).floats()}, {"x": np.array([1e8, 1.0, -1e8], f32)}],
+        settings=GPU_SETTINGS,
+    )
 
 
 def test_sum_is_deterministic() -> None:
     """Same input => same bits, run after run, stream after stream, kernel or launcher."""
-    from pybridge.cuda import Stream, catalog
+    from pybridge.cuda import Stream, catalog, to_device
+    from pybridge.testing import assert_close
 
     x = Big(2**24 + 3, 11).floats(scale=100.0)
-    xd = dev(x)
+    xd = to_device(x)
     runs = [catalog.cuda_sum(xd).get() for _ in range(5)]
     s = Stream(non_blocking=True)
     runs += [catalog.cuda_sum(xd, stream=s).get() for _ in range(2)]
@@ -176,194 +190,308 @@ def test_sum_is_deterministic() -> None:
     runs.append(out.get())
     bits = {int(r.view(np.uint32)[0]) for r in runs}
     assert len(bits) == 1, f"the sum differed between runs: {[float(r[0]) for r in runs]}"
-    check_sum(runs[0][0], x)
+    bound = x.size * EPS32 * float(np.abs(x.astype(np.float64)).sum())
+    assert_close(runs[0], exact_sum(x), bound=bound, what="cuda_sum")
 
 
 # ------------------------------------------------------------------------------------- scan
 
 
-def run_scan(path: str, x: np.ndarray, inplace: bool) -> np.ndarray:
+def scan_on(path: str) -> Callable[..., Any]:
     from pybridge.cuda import catalog
 
-    xd = dev(x)
-    if path == "launcher":
-        out = xd if inplace else empty(x.size)
-        launchers("scan").launch_scan(xd, out, x.size, empty(catalog.scan_num_tiles(x.size)))
-    else:
-        out = catalog.cuda_scan(xd, out=xd if inplace else None, stream=stream_for(path))
-    return out.get()
+    def run(x: Any, inplace: Any) -> Any:
+        if path == "launcher":
+            out = x if inplace else empty(x.size)
+            launchers("scan").launch_scan(x, out, x.size, empty(catalog.scan_num_tiles(x.size)))
+            return out
+        return catalog.cuda_scan(x, out=x if inplace else None, stream=stream_for(path))
+
+    return on_path("scan", path, run)
 
 
-def check_scan(got: np.ndarray, x: np.ndarray) -> None:
+def scan_bound(x: np.ndarray, inplace: Any = None) -> np.ndarray:
+    """(i+1) * eps * sum_{j<=i} |x_j| for prefix i."""
     x64 = x.astype(np.float64)
-    exact = np.cumsum(x64)
-    bound = np.arange(1, x.size + 1, dtype=np.float64) * EPS32 * np.cumsum(np.abs(x64))
-    err = np.abs(got.astype(np.float64) - exact)
-    bad = np.flatnonzero(err > bound)
-    assert got.shape == x.shape
-    assert bad.size == 0, (
-        f"scan n={x.size}: {bad.size} prefixes outside (i+1)*eps*sum|x|; first i={bad[0]}: got {got[bad[0]]!r}, "
-        f"exact {exact[bad[0]]!r}, bound {bound[bad[0]]:.3g}"
-    )
+    return np.arange(1, x.size + 1, dtype=np.float64) * EPS32 * np.cumsum(np.abs(x64))
 
 
 @pytest.mark.parametrize("path", PATHS)
-@GPU_SETTINGS
-@given(x=arrays(np.float32, SIZES, elements=f32s(-100, 100)), inplace=st.booleans())
-@example(x=Big(2**24 + 3, 5), inplace=False)
-@example(x=Big(2**26 + 5, 6), inplace=True)  # > 2^26: 32769 tiles, 9 chunks in scan_block_sums
-def test_scan_accuracy(path: str, x: Any, inplace: bool) -> None:
-    xs = materialize(x)
-    check_scan(run_scan(path, xs, inplace), xs)
+def test_scan_accuracy(path: str) -> None:
+    from pybridge.cuda.catalog import reference_scan
+
+    check_against(
+        lambda x, inplace: reference_scan(x), scan_on(path),
+        signature="entry scan [n] (x: [n]f32) (inplace: bool) : [n]f32",  # inplace: out = x
+        **SIZES, min_value=-100, max_value=100, allow_subnormal=True,
+        reduction=scan_bound,
+        examples=[
+            {"x": Big(2**24 + 3, 5).floats(), "inplace": False},
+            {"x": Big(2**26 + 5, 6).floats(), "inplace": True},  # > 2^26: 32769 tiles, 9 chunks in scan_block_sums
+        ],
+        settings=GPU_SETTINGS,
+    )
 
 
 # ------------------------------------------------------------------------------------- matmul
 
 
-def run_matmul(path: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul_on(path: str) -> Callable[..., Any]:
     from pybridge.cuda import catalog
 
-    ad, bd = dev(a), dev(b)
-    m, k = a.shape
-    n = b.shape[1]
-    if path == "launcher":
-        c = empty((m, n))
-        launchers("matmul").launch_matmul(ad, bd, c, m, n, k)
-    else:
-        c = catalog.cuda_matmul(ad, bd, stream=stream_for(path))
-    return c.get()
+    def run(a: Any, b: Any) -> Any:
+        m, k = a.shape
+        n = b.shape[1]
+        if path == "launcher":
+            c = empty((m, n))
+            launchers("matmul").launch_matmul(a, b, c, m, n, k)
+            return c
+        return catalog.cuda_matmul(a, b, stream=stream_for(path))
+
+    return on_path("matmul", path, run)
+
+
+def matmul_bound(a: np.ndarray, b: np.ndarray, *_: Any) -> np.ndarray:
+    """k * eps * (|A| @ |B|), per element of C."""
+    return a.shape[1] * EPS32 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+
+
+def matmul_example(m: int, n: int, k: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"a": uniform_f32(rng, (m, k), -2, 2), "b": uniform_f32(rng, (k, n), -2, 2)}
+
+
+# The kernel's tiles: 64 x 64 of C, slices of 16 along k.
+MATMUL_EDGES = (0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129)
 
 
 @pytest.mark.parametrize("path", PATHS)
-@GPU_SETTINGS
-@given(m=st.integers(0, 150), n=st.integers(0, 150), k=st.integers(0, 150), seed=st.integers(0, 2**32 - 1))
-@example(m=1, n=1, k=1, seed=0)
-@example(m=64, n=64, k=16, seed=1)  # exactly one tile
-@example(m=65, n=63, k=17, seed=2)  # one past / short of the tile edges
-@example(m=3, n=4, k=0, seed=3)  # empty inner dimension: C = 0
-@example(m=1031, n=1029, k=515, seed=4)
-def test_matmul_accuracy(path: str, m: int, n: int, k: int, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    a = rng.uniform(-2, 2, (m, k)).astype(np.float32)
-    b = rng.uniform(-2, 2, (k, n)).astype(np.float32)
-    got = run_matmul(path, a, b).astype(np.float64)
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    exact = a64 @ b64
-    bound = k * EPS32 * (np.abs(a64) @ np.abs(b64))
-    err = np.abs(got - exact)
-    bad = np.argwhere(err > bound)
-    assert got.shape == (m, n)
-    assert bad.size == 0, (
-        f"matmul {m}x{k} @ {k}x{n}: {len(bad)} elements outside k*eps*(|A||B|); first {tuple(bad[0])}: "
-        f"got {got[tuple(bad[0])]!r}, exact {exact[tuple(bad[0])]!r}"
+def test_matmul_accuracy(path: str) -> None:
+    from pybridge.cuda.catalog import reference_matmul
+
+    check_against(
+        reference_matmul, matmul_on(path),
+        signature="entry matmul [m] [k] [n] (a: [m][k]f32) (b: [k][n]f32) : [m][n]f32",
+        max_size=150, extra_sizes=MATMUL_EDGES,
+        values={  # dense uniform(-2, 2) matrices
+            "a": dense(lambda rng, s: uniform_f32(rng, (s["m"], s["k"]), -2, 2)),
+            "b": dense(lambda rng, s: uniform_f32(rng, (s["k"], s["n"]), -2, 2)),
+        },
+        reduction=matmul_bound,
+        examples=[
+            matmul_example(1, 1, 1, 0),
+            matmul_example(64, 64, 16, 1),  # exactly one tile
+            matmul_example(65, 63, 17, 2),  # one past / short of the tile edges
+            matmul_example(3, 4, 0, 3),  # empty inner dimension: C = 0
+            matmul_example(1031, 1029, 515, 4),
+        ],
+        settings=GPU_SETTINGS,
     )
 
 
 # ------------------------------------------------------------------------------------- histogram
 
 
-def run_histogram(path: str, x: np.ndarray, nbins: int) -> np.ndarray:
+def histogram_on(path: str) -> Callable[..., Any]:
     from pybridge.cuda import catalog
 
-    xd = dev(x)
-    if path == "launcher":
-        bins = empty(nbins, np.int32)
-        launchers("histogram").launch_histogram(xd, bins, x.size, nbins)
-    else:
-        bins = catalog.cuda_histogram(xd, nbins, stream=stream_for(path))
-    return bins.get()
+    def run(x: Any, nbins: Any) -> Any:
+        nbins = int(nbins)
+        if path == "launcher":
+            bins = empty(nbins, np.int32)
+            launchers("histogram").launch_histogram(x, bins, x.size, nbins)
+            return bins
+        return catalog.cuda_histogram(x, nbins, stream=stream_for(path))
+
+    return on_path("histogram", path, run)
 
 
 HIST_VALUES = st.one_of(st.integers(-3, 700), st.sampled_from([INT32_MIN, INT32_MAX, -1]))
 # 12288 bins = 48 KiB fit in default shared memory; 12289 and 20000 need the launcher's opt-in
 # (Python path: global atomics); 70000 bins exceed any shared memory (both: global atomics).
-NBINS = st.one_of(st.sampled_from([0, 1, 2, 255, 256, 257, 12288, 12289, 20000, 70000]), st.integers(0, 800))
+NBINS_EDGES = (0, 1, 2, 255, 256, 257, 12288, 12289, 20000, 70000)
+
+
+def histogram_example(n: int, seed: int, nbins: int) -> dict[str, Any]:
+    return {"x": Big(n, seed, "ints").ints(-5, 300 if nbins <= 256 else nbins + 5), "nbins": i32(nbins)}
 
 
 @pytest.mark.parametrize("path", PATHS)
-@GPU_SETTINGS
-@given(x=arrays(np.int32, SIZES, elements=HIST_VALUES), nbins=NBINS)
-@example(x=Big(2**24 + 3, 5, "ints"), nbins=256)
-@example(x=Big(2**24 + 3, 6, "ints"), nbins=70000)
-def test_histogram_exact(path: str, x: Any, nbins: int) -> None:
+def test_histogram_exact(path: str) -> None:
     from pybridge.cuda.catalog import reference_histogram
 
-    xs = x.ints(-5, 300 if nbins <= 256 else nbins + 5) if isinstance(x, Big) else x
-    got = run_histogram(path, xs, nbins)
-    want = reference_histogram(xs, nbins)
-    assert np.array_equal(got, want), f"histogram n={xs.size} nbins={nbins}: {first_mismatch(got, want)}"
+    check_against(
+        reference_histogram, histogram_on(path),
+        signature="entry histogram [n] (x: [n]i32) (nbins: i32) : [nbins]i32",  # nbins: drawn like a size
+        ranges={"n": (0, 5000), "nbins": (0, 800)}, extra_sizes={"n": SIZE_EDGES, "nbins": NBINS_EDGES},
+        elements={"x": HIST_VALUES},
+        examples=[histogram_example(2**24 + 3, 5, 256), histogram_example(2**24 + 3, 6, 70000)],
+        settings=GPU_SETTINGS,
+    )
 
 
 # ------------------------------------------------------------------------------------- mandelbrot
 
 
-def run_mandelbrot(path: str, *args: Any) -> np.ndarray:
+def mandelbrot_on(path: str) -> Callable[..., Any]:
     from pybridge.cuda import catalog
 
-    w, h = args[0], args[1]
-    if path == "launcher":
-        out = empty((h, w), np.int32)
-        launchers("mandelbrot").launch_mandelbrot(out, *args)
-    else:
-        out = catalog.cuda_mandelbrot(*args, stream=stream_for(path))
-    return out.get()
+    def run(w: Any, h: Any, x0: Any, y0: Any, dx: Any, dy: Any, max_iter: Any) -> Any:
+        args = (int(w), int(h), float(x0), float(y0), float(dx), float(dy), int(max_iter))
+        if path == "launcher":
+            out = empty((args[1], args[0]), np.int32)
+            launchers("mandelbrot").launch_mandelbrot(out, *args)
+            return out
+        return catalog.cuda_mandelbrot(*args, stream=stream_for(path))
+
+    return on_path("mandelbrot", path, run)
+
+
+MANDELBROT_RANGES = {"w": (0, 70), "h": (0, 70), "x0": (-2.5, 1.0), "y0": (-1.5, 1.5),
+                     "dx": (1e-4, 0.1), "dy": (1e-4, 0.1), "max_iter": (0, 300)}
+
+
+def mandelbrot_example(w: int, h: int, x0: float, y0: float, dx: float, dy: float, max_iter: int) -> dict[str, Any]:
+    return {"w": i32(w), "h": i32(h), "x0": f32(x0), "y0": f32(y0), "dx": f32(dx), "dy": f32(dy),
+            "max_iter": i32(max_iter)}
 
 
 @pytest.mark.parametrize("path", PATHS)
-@GPU_SETTINGS
-@given(
-    w=st.integers(0, 70), h=st.integers(0, 70), x0=f32s(-2.5, 1.0), y0=f32s(-1.5, 1.5),
-    dx=f32s(1e-4, 0.1), dy=f32s(1e-4, 0.1), max_iter=st.integers(0, 300),
-)
-@example(w=4099, h=1031, x0=-2.0, y0=-1.25, dx=2.5 / 4099, dy=2.5 / 1031, max_iter=64)
-@example(w=1, h=1, x0=-0.75, y0=0.1, dx=0.0, dy=0.0, max_iter=1000)
-@example(w=17, h=0, x0=0.0, y0=0.0, dx=0.1, dy=0.1, max_iter=10)
-def test_mandelbrot_exact(path: str, w: int, h: int, x0: float, y0: float, dx: float, dy: float,
-                          max_iter: int) -> None:
+def test_mandelbrot_exact(path: str) -> None:
     from pybridge.cuda.catalog import reference_mandelbrot
 
-    got = run_mandelbrot(path, w, h, x0, y0, dx, dy, max_iter)
-    want = reference_mandelbrot(w, h, x0, y0, dx, dy, max_iter)
-    assert np.array_equal(got, want), f"mandelbrot {h}x{w} max_iter={max_iter}: {first_mismatch(got, want)}"
+    check_against(
+        reference_mandelbrot, mandelbrot_on(path),
+        # w and h size the result: drawn like sizes, in 0..70
+        signature="entry mandelbrot (w: i32) (h: i32) (x0: f32) (y0: f32) (dx: f32) (dy: f32) (max_iter: i32) : [h][w]i32",
+        ranges=MANDELBROT_RANGES,
+        examples=[
+            mandelbrot_example(4099, 1031, -2.0, -1.25, 2.5 / 4099, 2.5 / 1031, 64),
+            mandelbrot_example(1, 1, -0.75, 0.1, 0.0, 0.0, 1000),
+            mandelbrot_example(17, 0, 0.0, 0.0, 0.1, 0.1, 10),
+        ],
+        settings=GPU_SETTINGS,
+    )
 
 
 # ------------------------------------------------------------------------------------- chain
 
 
-def run_chain(path: str, x: np.ndarray, nops: int, fused: bool) -> np.ndarray:
+def chain_on(path: str) -> Callable[..., Any]:
+    """Both chains, (fused, unfused), on the same input."""
     from pybridge.cuda import catalog
 
-    xd = dev(x)
-    if path == "launcher":
-        lib = launchers("chain")
-        out = empty(x.size)
-        if fused:
-            lib.launch_chain(xd, out, x.size, nops)
-        elif nops == 0:
-            lib.launch_chain(xd, out, x.size, 0)
-        else:
-            lib.launch_chain_step(xd, out, x.size, 1)
-            for k in range(2, nops + 1):
-                lib.launch_chain_step(out, out, x.size, k)
-    else:
-        run = catalog.cuda_chain if fused else catalog.cuda_chain_unfused
-        out = run(xd, nops, stream=stream_for(path))
-    return out.get()
+    def chain(x: Any, nops: int, fused: bool) -> Any:
+        if path == "launcher":
+            lib = launchers("chain")
+            out = empty(x.size)
+            if fused:
+                lib.launch_chain(x, out, x.size, nops)
+            elif nops == 0:
+                lib.launch_chain(x, out, x.size, 0)
+            else:
+                lib.launch_chain_step(x, out, x.size, 1)
+                for k in range(2, nops + 1):
+                    lib.launch_chain_step(out, out, x.size, k)
+            return out
+        op = catalog.cuda_chain if fused else catalog.cuda_chain_unfused
+        return op(x, nops, stream=stream_for(path))
+
+    def run(x: Any, nops: Any) -> Any:
+        return chain(x, int(nops), fused=True), chain(x, int(nops), fused=False)
+
+    return on_path("chain", path, run)
 
 
 @pytest.mark.parametrize("path", PATHS)
-@GPU_SETTINGS
-@given(x=arrays(np.float32, SIZES, elements=ALL_F32), nops=st.integers(0, 40))
-@example(x=Big(2**24 + 3, 9), nops=10)
-def test_chain_fused_equals_unfused_equals_numpy(path: str, x: Any, nops: int) -> None:
+def test_chain_fused_equals_unfused_equals_numpy(path: str) -> None:
     from pybridge.cuda.catalog import reference_chain
 
-    xs = materialize(x)
-    want = reference_chain(xs, nops)
-    fused = run_chain(path, xs, nops, fused=True)
-    unfused = run_chain(path, xs, nops, fused=False)
-    assert np.array_equal(fused, want, equal_nan=True), f"fused chain nops={nops}: {first_mismatch(fused, want)}"
-    assert np.array_equal(unfused, want, equal_nan=True), f"unfused chain nops={nops}: {first_mismatch(unfused, want)}"
+    def reference(x: np.ndarray, nops: Any) -> tuple[np.ndarray, np.ndarray]:
+        want = reference_chain(x, nops)
+        return want, want  # result[0]: fused, result[1]: unfused
+
+    check_against(
+        reference, chain_on(path),
+        signature="entry chain [n] (x: [n]f32) (nops: i32) : [n]f32",
+        **SIZES, **ALL_F32, **EXACT, ranges={"nops": (0, 40)},
+        examples=[{"x": Big(2**24 + 3, 9).floats(), "nops": i32(10)}],
+        settings=GPU_SETTINGS,
+    )
+
+
+# ------------------------------------------------------------------------------------- Kernel objects
+# The single-launch kernels as pybridge.cuda Kernel objects, launched by the toolkit's KernelTarget:
+# inputs from each kernel's declaration in pybridge.cuda.catalog.MODULES (so ``n`` is the length of
+# ``x[n]``, ``m*k`` that of ``a``), every non-const pointer random on entry and compared on exit.
+
+
+def _chain_step_reference(x: np.ndarray, out: np.ndarray, n: Any, k: Any) -> np.ndarray:
+    from pybridge.cuda.catalog import CHAIN_ADD, CHAIN_MUL
+
+    return x * CHAIN_MUL + f32(k) * CHAIN_ADD  # (float)k is exact for |k| < 2^24
+
+
+def _histogram_adds(x: np.ndarray, bins: np.ndarray, n: Any, nbins: Any) -> np.ndarray:
+    from pybridge.cuda.catalog import reference_histogram
+
+    return bins + reference_histogram(x, int(nbins))  # both kernels add to bins (the caller zeroes them)
+
+
+def _kernel_cases() -> dict[str, tuple[str, str, Callable[..., Any], dict[str, Any]]]:
+    """name -> (module, kernel, reference in parameter order, check_against options)."""
+    from pybridge.cuda import catalog
+
+    histogram_options: dict[str, Any] = dict(
+        ranges={"n": (0, 5000), "nbins": (0, 800), "bins": (-1000, 1000)}, elements={"x": HIST_VALUES},
+    )
+    return {
+        "saxpy": ("saxpy", "saxpy", lambda a, x, y, out, n: catalog.reference_saxpy(a, x, y),
+                  dict(**SIZES, **ALL_F32, **EXACT)),
+        "chain": ("chain", "chain", lambda x, out, n, nops: catalog.reference_chain(x, nops),
+                  dict(**SIZES, **ALL_F32, **EXACT, ranges={"nops": (0, 40)})),
+        "chain_step": ("chain", "chain_step", _chain_step_reference,
+                       dict(**SIZES, **ALL_F32, **EXACT, ranges={"k": (-1000, 1000)})),
+        # 4*nbins bytes of dynamic shared memory: at most 48 KiB (12288 bins) without an opt-in
+        "histogram": ("histogram", "histogram", _histogram_adds,
+                      dict(histogram_options, shared_mem=lambda s: 4 * s["nbins"],
+                           extra_sizes={"n": SIZE_EDGES, "nbins": (0, 1, 2, 255, 256, 257, 12288)})),
+        "histogram_global": ("histogram", "histogram_global", _histogram_adds,
+                             dict(histogram_options, extra_sizes={"n": SIZE_EDGES, "nbins": NBINS_EDGES})),
+        "matmul": ("matmul", "matmul",
+                   lambda a, b, c, m, n, k: catalog.reference_matmul(a.reshape(m, k), b.reshape(k, n)).ravel(),
+                   dict(max_size=150, extra_sizes=MATMUL_EDGES,
+                        values={"a": dense(lambda rng, s: uniform_f32(rng, s["m"] * s["k"], -2, 2)),
+                                "b": dense(lambda rng, s: uniform_f32(rng, s["k"] * s["n"], -2, 2))},
+                        reduction=lambda a, b, c, m, n, k: matmul_bound(a.reshape(m, k), b.reshape(k, n)).ravel(),
+                        grid=lambda s: catalog.matmul_config(s["m"], s["n"]).grid, block=catalog.MM_THREADS)),
+        "mandelbrot": ("mandelbrot", "mandelbrot",
+                       lambda out, w, h, *view: catalog.reference_mandelbrot(w, h, *view).ravel(),
+                       dict(ranges=MANDELBROT_RANGES, grid=lambda s: catalog.mandelbrot_config(s["w"], s["h"]).grid,
+                            block=catalog.MANDEL_BLOCK)),
+    }
+
+
+KERNEL_CASES = ["saxpy", "chain", "chain_step", "histogram", "histogram_global", "matmul", "mandelbrot"]
+
+
+@pytest.mark.parametrize("path", ["kernel", "stream"])
+@pytest.mark.parametrize("name", KERNEL_CASES)
+def test_kernel_object(name: str, path: str) -> None:
+    from pybridge.cuda import catalog
+
+    module, kernel, reference, options = _kernel_cases()[name]
+    k = catalog.get_kernel(module, kernel)
+    # Default launch geometry where not given: block 256, enough blocks for the longest array.
+    check_against(reference, k, stream=stream_for(path), settings=GPU_SETTINGS, **options)
+
+
+def test_kernel_cases_cover_every_single_launch_kernel() -> None:
+    from pybridge.cuda import catalog
+
+    multi_pass = {"sum_partial", "sum_final", "scan_blocks", "scan_block_sums", "scan_add"}  # tested as whole ops
+    kernels = {k for m in catalog.MODULES.values() for k in m.kernels} - multi_pass
+    assert kernels == set(KERNEL_CASES) == set(_kernel_cases())
 
 
 # ------------------------------------------------------------------------------------- the Kernel API itself
