@@ -103,7 +103,7 @@ def _run_futhark_example(ex: Any, libs: dict[Path, Any], size: int | None) -> tu
         if found:
             break
     else:
-        return ("-", "not built", "-", "run `make` (Futhark compiler) or `make fixtures`")
+        return ("-", "not built", "-", "no fixture implements it: `make` with the Futhark compiler on PATH")
     src, path = found
     where = f"{src.kind}:{src.library}/{backend}"
     try:
