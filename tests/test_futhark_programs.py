@@ -356,13 +356,14 @@ def test_checked_sqrt_assertion(bounds_lib, pf, x):
 # handle lifecycles (pybridge.testing.handle_lifecycle_machine) on every program
 # ------------------------------------------------------------------------------------------------
 
-PROGRAMS = ("saxpy", "dot", "stats", "scan", "matmul", "histogram", "mandelbrot", "chain", "bounds")
+#: The futhark/ programs of the catalog (each has a module-scoped ``<prog>_lib`` fixture above).
+PROGRAMS = sorted({E.get(n).source("futhark").library for n in FUTHARK_EXAMPLES})
 # Integer scalars are sizes or iteration counts: keep mandelbrot's loop short.
 LIFECYCLE_RANGES = {"mandelbrot": {"mandelbrot.max_iter": (0, 16)}}
 
 
 @pytest.mark.parametrize("prog", PROGRAMS)
-def test_handle_lifecycle(prog, backend):
+def test_handle_lifecycle(prog, backend, request):
     """Create, read, index, pass, free and misuse handles of every array type against a model;
     afterwards pybridge holds exactly the values it held before (real Futhark has no live-value
     counter, so the context's own registry is what is checked)."""
@@ -372,18 +373,11 @@ def test_handle_lifecycle(prog, backend):
 
     from pybridge.testing import handle_lifecycle_machine
 
-    lib = _load_or_skip(prog, backend)
-    try:
-        before = lib.context.live_values
-        machine = handle_lifecycle_machine(lib, max_size=6, ranges=LIFECYCLE_RANGES.get(prog))
-        run_state_machine_as_test(
-            machine,
-            settings=settings(
-                max_examples=15, stateful_step_count=15, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow], report_multiple_bugs=False,
-            ),
-        )
-        gc.collect()
-        assert lib.context.live_values == before, f"{lib.context.live_values - before} handle(s) left registered"
-    finally:
-        lib.close()
+    lib = request.getfixturevalue(f"{prog}_lib")
+    before = lib.context.live_values
+    machine = handle_lifecycle_machine(lib, max_size=6, ranges=LIFECYCLE_RANGES.get(prog))
+    run_state_machine_as_test(
+        machine, settings=settings(SETTINGS, max_examples=15, stateful_step_count=15, database=None)
+    )
+    gc.collect()
+    assert lib.context.live_values == before, f"{lib.context.live_values - before} handle(s) left registered"
