@@ -2,7 +2,11 @@
 # host-launcher libraries, conformance fixtures -> shared libraries. Missing tools skip their part
 # with one line saying what, why and how to get them; `make futhark` / `make cuda` alone fail instead.
 
-FUTHARK         ?= futhark
+# The Futhark compiler: $FUTHARK, else `futhark` on PATH, else the project-local install that
+# scripts/install-futhark.sh makes in .tools/ (Debian's package, no system-wide change).
+ifeq ($(origin FUTHARK),undefined)
+FUTHARK := $(shell scripts/install-futhark.sh)
+endif
 FUTHARK_BACKEND ?= c
 NVCC            ?= nvcc
 CUDA_ARCH       ?= sm_90
@@ -33,7 +37,7 @@ FUT_LDLIBS_hip       := -lamdhip64 -lhiprtc -lm
 FUT_CFLAGS_cuda      := -I$(CUDA_HOME)/include
 FUT_LDLIBS := $(FUT_LDLIBS_$(FUTHARK_BACKEND))
 
-HAVE_FUTHARK := $(shell command -v $(FUTHARK) >/dev/null 2>&1 && echo yes)
+HAVE_FUTHARK := $(if $(FUTHARK),$(shell command -v $(FUTHARK) >/dev/null 2>&1 && echo yes))
 FUTHARK_MISSING := skipped futhark/*.fut ($(FUTHARK_BACKEND) backend): Futhark compiler '$(FUTHARK)' not found. \
 Get the official release tarball from https://futhark-lang.org/releases/ (futhark-<version>-linux-x86_64.tar.xz), \
 unpack it and put its bin/ on PATH, or run make FUTHARK=/path/to/futhark.

@@ -28,7 +28,7 @@ LINK_FLAGS = {
 }
 
 INSTALL_HINT = (
-    "Get the Futhark compiler from the official release tarball at https://futhark-lang.org/releases/ "
+    "Run scripts/install-futhark.sh in a pybridge checkout (Debian/Ubuntu x86-64), or get the Futhark compiler from the official release tarball at https://futhark-lang.org/releases/ "
     "(unpack it and put its bin/ on PATH), or set FUTHARK=/path/to/futhark."
 )
 
@@ -37,9 +37,17 @@ class BuildError(RuntimeError):
     """The Futhark compiler or the C compiler failed; the message holds their output."""
 
 
+# Where scripts/install-futhark.sh puts the compiler in a checkout (or $PYBRIDGE_TOOLS).
+_LOCAL_TOOLS = Path(__file__).resolve().parents[2] / ".tools"
+
+
 def futhark_compiler() -> str | None:
-    exe = os.environ.get("FUTHARK", "futhark")
-    return shutil.which(exe) or (exe if Path(exe).is_file() else None)
+    """$FUTHARK, else ``futhark`` on PATH, else the project-local install (.tools/bin/futhark)."""
+    exe = os.environ.get("FUTHARK")
+    if exe:
+        return shutil.which(exe) or (exe if Path(exe).is_file() else None)
+    local = Path(os.environ.get("PYBRIDGE_TOOLS") or _LOCAL_TOOLS) / "bin" / "futhark"
+    return shutil.which("futhark") or (str(local) if local.is_file() else None)
 
 
 def cuda_home() -> Path:
