@@ -7,9 +7,12 @@
     cuda.launch(s, cuda.LaunchConfig(grid=..., block=...), k, *args)
     cuda.to_device(np_array); cuda.as_device_array(cupy_or_torch_or_numba_array)
     cuda.load_launchers("saxpy").launch_saxpy(2.0, x, y, out, n, stream=s)
+    mod = cuda.compile(cuda_c_text, options=["-DBLOCK=128"])   # your own CUDA C (or load_module("k.cu"))
+    mod.kernel("saxpy")                                    # declared in the source: see declarations
 
 Layers: signature (declarations) -> module (cubin/PTX via PyCUDA) -> kernel (checked, prepared
-launches) -> launch (configurations). arrays/streams handle memory and ordering, context says which
+launches) -> launch (configurations); declarations (read from CUDA C source) and compiler (nvcc,
+cached) feed module for your own sources. arrays/streams handle memory and ordering, context says which
 CUDA context owns what, catalog has our own kernels as whole operations.
 
 PyCUDA is optional at import time: ``import pybridge.cuda`` works without it (signatures, argument
@@ -21,18 +24,25 @@ from __future__ import annotations
 
 from . import catalog
 from .arrays import DeviceArray, as_device_array, empty, from_cai, from_dlpack, to_device, zeros
+from .compiler import CompiledSource, CompileError, build_source
 from .context import PYCUDA_HINT, after_futhark, before_futhark, device_count, ensure_context, have_pycuda
 from .errors import CudaError, LaunchError, StickyCudaError
+from .declarations import DeclarationMismatchError, SourceDeclarations, read_declarations
 from .kernel import BoundArgs, Kernel, bind_args
 from .launch import LaunchConfig, grid_2d, grid_for, launch
 from .launchers import Launchers, load_launchers
-from .module import Module, load_module
+from .module import Module, load_compiled, load_module
+from .module import compile_source as compile  # noqa: A001 - cuda.compile, as PyCUDA / CuPy users expect
 from .signature import KernelSignature, Param, SignatureError, parse_signature
 from .streams import Event, Stream, as_stream
 
 __all__ = [
     "PYCUDA_HINT",
     "BoundArgs",
+    "CompileError",
+    "CompiledSource",
+    "DeclarationMismatchError",
+    "SourceDeclarations",
     "CudaError",
     "DeviceArray",
     "Event",
@@ -51,6 +61,8 @@ __all__ = [
     "as_stream",
     "before_futhark",
     "bind_args",
+    "build_source",
+    "compile",
     "catalog",
     "device_count",
     "empty",
@@ -61,9 +73,11 @@ __all__ = [
     "grid_for",
     "have_pycuda",
     "launch",
+    "load_compiled",
     "load_launchers",
     "load_module",
     "parse_signature",
+    "read_declarations",
     "to_device",
     "zeros",
 ]

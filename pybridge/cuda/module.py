@@ -4,6 +4,11 @@
 directories (:mod:`pybridge.paths`) and takes the cubin when its architecture runs on this GPU (same
 major version, minor not above the device's), else the PTX, which the driver compiles for the GPU
 at hand. A path loads that file. Modules are cached per file and device.
+
+Your own CUDA C: ``load_module("my_kernels.cu")`` and ``compile_source(text)`` (``cuda.compile``)
+compile through :mod:`pybridge.cuda.compiler` (cached) and load the result; such a module knows the
+kernels its source declares (:mod:`pybridge.cuda.declarations`), so ``mod.kernel("saxpy")`` is
+enough, and a hand-written declaration is checked against the source.
 """
 
 from __future__ import annotations
@@ -13,16 +18,19 @@ import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from .. import paths
+from .compiler import CompiledSource, build_source
 from .context import compute_capability, ensure_context, pycuda_driver
+from .declarations import SourceDeclarations
 from .errors import CudaError, from_pycuda_error
 from .kernel import Kernel
 from .launch import LaunchConfig
 from .signature import KernelSignature, parse_signature
 
-__all__ = ["Module", "choose_image", "cubin_arch", "find_images", "load_module"]
+__all__ = ["Module", "choose_image", "compile_source", "cubin_arch", "find_images", "load_compiled", "load_module"]
 
 _SUFFIXES = (".cubin", ".ptx", ".fatbin")
 
@@ -99,12 +107,16 @@ def choose_image(images: Images, device_cc: tuple[int, int] | None, prefer: str 
 
 
 class Module:
-    """A loaded CUDA module; ``kernel(declaration)`` gives a checked :class:`Kernel`."""
+    """A loaded CUDA module; ``kernel(declaration)`` gives a checked :class:`Kernel`.
 
-    def __init__(self, handle: Any, path: Path, name: str) -> None:
+    ``declarations`` holds what the module's source declares when pybridge compiled it (else None).
+    """
+
+    def __init__(self, handle: Any, path: Path, name: str, declarations: SourceDeclarations | None = None) -> None:
         self.handle = handle  # pycuda.driver.Module
         self.path = path
         self.name = name
+        self.declarations = declarations
         self._functions: dict[str, Any] = {}
         self._kernels: dict[KernelSignature, Kernel] = {}
         self._lock = threading.Lock()
@@ -134,8 +146,21 @@ class Module:
             return fn
 
     def kernel(self, declaration: str | KernelSignature, *, default_config: LaunchConfig | None = None) -> Kernel:
-        """A :class:`Kernel` for the declared function (the declaration's name picks the function)."""
-        sig = parse_signature(declaration) if isinstance(declaration, str) else declaration
+        """A :class:`Kernel` for the declared function (the declaration's name picks the function).
+
+        For a module compiled from source, a bare name (``"saxpy"``) takes the source's declaration,
+        and a declaration is checked against it (:class:`~pybridge.cuda.declarations.DeclarationMismatchError`).
+        """
+        if self.declarations is not None:
+            sig = self.declarations.resolve(declaration)
+        elif isinstance(declaration, str) and declaration.strip().isidentifier():
+            raise ValueError(
+                f"module {self.name} ({self.path}) was not compiled from source by pybridge, so it has no "
+                f"declarations: pass the whole declaration, e.g. mod.kernel(\"{declaration.strip()}(float* x[n], int64 n)\"), "
+                "or load the .cu file with load_module"
+            )
+        else:
+            sig = parse_signature(declaration) if isinstance(declaration, str) else declaration
         with self._lock:
             k = self._kernels.get(sig)
         if k is None:
@@ -150,10 +175,13 @@ _cache_lock = threading.Lock()
 
 
 def _looks_like_path(s: str) -> bool:
-    return os.sep in s or "/" in s or s.endswith(_SUFFIXES) or Path(s).is_file()
+    return os.sep in s or "/" in s or s.endswith(_SUFFIXES) or s.endswith(_SOURCE_SUFFIXES) or Path(s).is_file()
 
 
-def _load_file(path: Path, name: str) -> Module:
+_SOURCE_SUFFIXES = (".cu",)
+
+
+def _load_file(path: Path, name: str, declarations: SourceDeclarations | None = None) -> Module:
     drv = pycuda_driver()
     try:
         handle = drv.module_from_file(str(path))
@@ -161,13 +189,52 @@ def _load_file(path: Path, name: str) -> Module:
         if type(e).__module__.startswith("pycuda"):
             raise from_pycuda_error(e, kernel=None, operation=f"loading {path}") from e
         raise
-    return Module(handle, path, name)
+    return Module(handle, path, name, declarations)
 
 
-def load_module(name_or_path: str | os.PathLike[str], *, prefer: str = "auto", device: int = 0) -> Module:
-    """Load a module by name (``"saxpy"`` -> build/cuda/saxpy.*) or from a file path."""
+def load_compiled(built: CompiledSource, *, prefer: str = "auto", device: int = 0) -> Module:
+    """Load what :func:`~pybridge.cuda.compiler.build_source` made (cubin, else its PTX)."""
     ensure_context(device)
+    images = Images(built.cubin, built.ptx, None)
+    return _load_chosen(images, compute_capability(device), prefer, built.name, device, built.declarations)
+
+
+def compile_source(
+    source: str | os.PathLike[str],
+    *,
+    options: Sequence[str] = (),
+    include_dirs: Sequence[str | os.PathLike[str]] = (),
+    name: str | None = None,
+    prefer: str = "auto",
+    device: int = 0,
+) -> Module:
+    """Compile CUDA C text (or a .cu path) for this GPU and load it: ``pybridge.cuda.compile``.
+
+    Flags, caching and errors: :mod:`pybridge.cuda.compiler` (nvcc's message in a
+    :class:`~pybridge.cuda.compiler.CompileError`).
+    """
+    ensure_context(device)
+    built = build_source(source, options=options, include_dirs=include_dirs, name=name,
+                         arch=compute_capability(device))
+    return load_compiled(built, prefer=prefer, device=device)
+
+
+def load_module(
+    name_or_path: str | os.PathLike[str],
+    *,
+    prefer: str = "auto",
+    device: int = 0,
+    options: Sequence[str] = (),
+    include_dirs: Sequence[str | os.PathLike[str]] = (),
+) -> Module:
+    """Load a module by name (``"saxpy"`` -> build/cuda/saxpy.*), from an image file, or from a
+    ``.cu`` source, compiled first (``options`` / ``include_dirs``: see :func:`compile_source`)."""
     spec = os.fspath(name_or_path)
+    if spec.endswith(_SOURCE_SUFFIXES):
+        return compile_source(Path(spec), options=options, include_dirs=include_dirs, prefer=prefer, device=device)
+    if options or include_dirs:
+        raise ValueError(f"options / include_dirs apply to .cu sources, not to {spec!r}")
+    ensure_context(device)
     if isinstance(name_or_path, Path) or _looks_like_path(spec):
         path = Path(spec).resolve()
         if not path.is_file():
@@ -180,19 +247,24 @@ def load_module(name_or_path: str | os.PathLike[str], *, prefer: str = "auto", d
         with _cache_lock:
             return _cache.setdefault(key, mod)
 
-    images = find_images(spec)
-    cc = compute_capability(device)
+    return _load_chosen(find_images(spec), compute_capability(device), prefer, spec, device)
+
+
+def _load_chosen(
+    images: Images, cc: tuple[int, int], prefer: str, name: str, device: int,
+    declarations: SourceDeclarations | None = None,
+) -> Module:
     path = choose_image(images, cc, prefer)
     key = (str(path), device)
     with _cache_lock:
         if key in _cache:
             return _cache[key]
     try:
-        mod = _load_file(path, spec)
+        mod = _load_file(path, name, declarations)
     except CudaError as e:
         # A cubin the driver refuses (wrong architecture, newer toolkit): fall back to the PTX.
         if path.suffix == ".cubin" and images.ptx is not None and e.code in (200, 209, 222, None):
-            mod = _load_file(images.ptx, spec)
+            mod = _load_file(images.ptx, name, declarations)
             path = images.ptx
             key = (str(path), device)
         else:
