@@ -1,4 +1,4 @@
-"""Command line: ``pybridge info``, ``pybridge demo``, ``pybridge build prog.fut``."""
+"""Command line: ``pybridge info``, ``pybridge demo``, ``pybridge build prog.fut`` / ``kernels.cu``."""
 
 from __future__ import annotations
 
@@ -221,8 +221,34 @@ def cmd_demo(ns: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def cmd_build_cuda(ns: argparse.Namespace) -> int:
+    from .cuda.compiler import CompileError, build_source, describe
+    from .cuda.signature import SignatureError
+
+    try:
+        built = build_source(Path(ns.source), options=ns.option, include_dirs=ns.include, arch=ns.arch)
+    except (CompileError, FileNotFoundError, ValueError, TypeError, SignatureError) as e:
+        print(f"pybridge build: {e}", file=sys.stderr)
+        return 1
+    print(describe(built))
+    if ns.output:
+        out = Path(ns.output)
+        out.mkdir(parents=True, exist_ok=True)
+        for image in (built.cubin, built.ptx):
+            shutil.copyfile(image, out / f"{built.name}{image.suffix}")
+        print(f"copied to {out}/{built.name}.cubin and .ptx")
+    print(f"load it with: pybridge.cuda.load_module({ns.source!r})", file=sys.stderr)
+    return 0
+
+
 def cmd_build(ns: argparse.Namespace) -> int:
     from .futhark.build import BuildError, build_program
+
+    if ns.source.endswith(".cu"):
+        return cmd_build_cuda(ns)
+    if ns.option or ns.include or ns.arch:
+        print("pybridge build: --arch, --option and -I apply to .cu sources", file=sys.stderr)
+        return 1
 
     try:
         so = build_program(ns.source, backend=ns.backend, out_dir=ns.output)
@@ -242,10 +268,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     d.add_argument("examples", nargs="*", help="example names (default: all demo examples)")
     d.add_argument("--size", type=int, default=None, help="problem size (default: each example's own)")
     d.set_defaults(func=cmd_demo)
-    b = sub.add_parser("build", help="compile your own .fut program into a library pybridge can load")
-    b.add_argument("source", help="path to prog.fut")
-    b.add_argument("--backend", default="c", choices=["c", "multicore", "cuda", "opencl", "hip", "ispc"])
+    b = sub.add_parser("build", help="compile your own .fut program (a library) or .cu file (cubin + PTX) for pybridge")
+    b.add_argument("source", help="path to prog.fut or kernels.cu")
+    b.add_argument("--backend", default="c", choices=["c", "multicore", "cuda", "opencl", "hip", "ispc"],
+                   help="Futhark backend (.fut only)")
     b.add_argument("-o", "--output", default=None, help="output directory (default: a cache keyed by source hash)")
+    b.add_argument("--arch", default=None, help="CUDA architecture (.cu only; default: this GPU's, else $CUDA_ARCH or sm_90)")
+    b.add_argument("--option", action="append", default=[], metavar="FLAG",
+                   help="extra nvcc flag, repeatable, e.g. --option=-DBLOCK=128 (.cu only)")
+    b.add_argument("-I", "--include", action="append", default=[], metavar="DIR", help="include directory (.cu only)")
     b.set_defaults(func=cmd_build)
     ns = p.parse_args(argv)
     return int(ns.func(ns))
