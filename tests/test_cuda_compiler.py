@@ -78,6 +78,7 @@ def test_compiles_cubin_and_ptx_with_the_makefile_flags(cache: Path) -> None:
     built = C.build_source(fresh(), arch="sm_90")
     assert not built.from_cache
     assert built.options == ("-O3", "-std=c++17", "-lineinfo")
+    assert built.compiled_by == ("pycuda" if C._pycuda_compiler() else "nvcc")
     assert cubin_arch(built.cubin) == (9, 0)
     ptx = built.ptx.read_text()
     assert ".target sm_90" in ptx and ".entry saxpy(" in ptx  # extern "C": the plain name

@@ -223,7 +223,9 @@ def _check_options(options: Sequence[str]) -> list[str]:
             raise ValueError(
                 f"options: {o!r} is chosen by pybridge (cubin and PTX for arch=...): pass arch= instead"
             )
-    user = list(options)
+    # Relative include directories mean the caller's directory; PyCUDA compiles in a temporary one.
+    user = [f"-I{Path(o[2:]).resolve()}" if o.startswith("-I") and len(o) > 2 and not Path(o[2:]).is_absolute() else o
+            for o in options]
     base = [f for f in NVCC_FLAGS
             if not (f.startswith("-O") and any(o.startswith("-O") for o in user))
             and not (f.startswith("-std") and any(o.startswith(("-std", "--std")) for o in user))]
@@ -251,6 +253,7 @@ class CompiledSource:
     options: tuple[str, ...]  # every nvcc flag used besides the architecture and output kind
     from_cache: bool  # False when this call ran the compiler
     log: str  # compiler warnings of the compile that made the entry
+    compiled_by: str  # "pycuda" (pycuda.compiler) or "nvcc" (run directly)
 
     @property
     def cubin(self) -> Path:
@@ -409,12 +412,12 @@ class _Cache:
             return f.read(4) == b"\x7fELF"  # a truncated or foreign file is rebuilt
 
     def _result(self, job: _Job, entry: Path, from_cache: bool) -> CompiledSource:
-        log = ""
         try:
-            log = json.loads((entry / "entry.json").read_text()).get("log", "")
+            meta = json.loads((entry / "entry.json").read_text())
         except (OSError, ValueError):
-            pass
-        return CompiledSource(job.name, job.source_path, entry, job.sm, job.options, from_cache, log)
+            meta = {}
+        return CompiledSource(job.name, job.source_path, entry, job.sm, job.options, from_cache,
+                              str(meta.get("log", "")), str(meta.get("compiled_by", "?")))
 
     def build(self, job: _Job, rebuild: bool) -> CompiledSource:
         key = self._key(job, rebuild)
@@ -426,10 +429,10 @@ class _Cache:
                 return self._result(job, entry, True)  # another thread or process made it meanwhile
             tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:12]}-", dir=self.root))
             try:
-                log = _compile(job, tmp)
+                log, compiled_by = _compile(job, tmp)
                 (tmp / "source.cu").write_text(job.text)
                 meta = {"name": job.name, "source": job.display, "arch": job.sm, "options": list(job.options),
-                        "include_dirs": list(job.include_dirs), "nvcc": job.nvcc, "log": log}
+                        "include_dirs": list(job.include_dirs), "nvcc": job.nvcc, "log": log, "compiled_by": compiled_by}
                 (tmp / "entry.json").write_text(json.dumps(meta, indent=1))
                 if entry.exists():  # incomplete, or rebuild=True: move it aside, then drop it
                     stale = Path(tempfile.mkdtemp(prefix=f".stale-{key[:12]}-", dir=self.root))
@@ -478,8 +481,9 @@ def _pycuda_compiler():  # type: ignore[no-untyped-def]
     return pycuda.compiler, pycuda.driver
 
 
-def _compile(job: _Job, out: Path) -> str:
-    """cubin and PTX of ``job`` into ``out``; returns the compiler's warnings ("" when quiet)."""
+def _compile(job: _Job, out: Path) -> tuple[str, str]:
+    """cubin and PTX of ``job`` into ``out``; returns the compiler's warnings ("" when quiet) and
+    which compiler ran ("pycuda" or "nvcc")."""
     pycuda = _pycuda_compiler()
     logs = []
     for target, arch, filename in (("cubin", job.sm, "module.cubin"), ("ptx", job.compute, "module.ptx")):
@@ -493,7 +497,7 @@ def _compile(job: _Job, out: Path) -> str:
     log = "\n".join(dict.fromkeys(logs))  # cubin and PTX usually say the same thing
     if log:
         warnings.warn(f"nvcc compiled {job.display} with warnings:\n{log}", stacklevel=4)
-    return log
+    return log, "nvcc" if pycuda is None else "pycuda"
 
 
 def _compile_nvcc(job: _Job, target: str, arch: str, out: Path) -> tuple[bytes, str]:
