@@ -200,6 +200,18 @@ def test_a_damaged_entry_is_rebuilt(cache: Path) -> None:
 
 
 @needs_nvcc
+def test_leftovers_of_a_killed_compile_are_removed(cache: Path) -> None:
+    src = fresh()
+    first = C.build_source(src, arch="sm_90")
+    leftover = cache / "cuda" / f".tmp-{first.key[:12]}-killed"
+    leftover.mkdir()
+    (leftover / "module.cubin").write_bytes(b"\x7fELF half")
+    shutil.rmtree(first.directory)
+    again = C.build_source(src, arch="sm_90")
+    assert not again.from_cache and not leftover.exists() and cubin_arch(again.cubin) == (9, 0)
+
+
+@needs_nvcc
 def test_compiler_warnings_are_kept_and_shown(cache: Path) -> None:
     with pytest.warns(UserWarning, match="careful"):
         built = C.build_source(fresh('#warning "careful"\n' + SAXPY), arch="sm_90")
@@ -462,6 +474,25 @@ def test_what_the_source_reader_skips_and_why() -> None:
 def test_unreadable_comments_and_strings_do_not_confuse_the_reader() -> None:
     source = 'extern "C" __global__ void k(const char c /* ) */, int n /* [ */) { char q = \'"\'; }\n'
     assert str(read_declarations(source)["k"]) == "k(int8 c, int32 n)"
+
+
+_C_ISH = st.lists(st.sampled_from(list('abxn_ ()[]{},;*/"\'\\#\n') + ["__global__", 'extern "C"', "pybridge:", "void",
+                                                                         "float", "int", "/*[", "]*/", "//"]),
+                  max_size=60).map("".join)
+
+
+@settings(max_examples=300)
+@given(_C_ISH)
+def test_any_text_reads_or_fails_with_a_signature_error(text: str) -> None:
+    try:
+        found = read_declarations(text, "fuzz.cu")
+    except SignatureError:
+        return  # only a marked comment without a kernel name raises at read time
+    for name in found.kernels:
+        try:
+            found[name]
+        except SignatureError:
+            pass
 
 
 def test_reconcile_is_symmetric_in_what_it_accepts() -> None:

@@ -427,6 +427,8 @@ class _Cache:
         with _locked(self.root / f"{key}.lock"):
             if not rebuild and self._complete(entry):
                 return self._result(job, entry, True)  # another thread or process made it meanwhile
+            for left in self.root.glob(f".tmp-{key[:12]}-*"):  # from a compile killed midway: we hold its lock
+                shutil.rmtree(left, ignore_errors=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:12]}-", dir=self.root))
             try:
                 log, compiled_by = _compile(job, tmp)
