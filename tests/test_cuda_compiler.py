@@ -93,7 +93,8 @@ def test_same_source_compiles_once_then_hits_without_running_nvcc(cache: Path, n
     src = fresh()
     first = C.build_source(src, arch="sm_90")
     compiles = [c for c in nvcc_calls if "--cubin" in c or "--ptx" in c]
-    assert len(compiles) == 2  # the cubin and the PTX
+    # the cubin and the PTX (PyCUDA, where it imports, runs nvcc its own way: not counted here)
+    assert len(compiles) == (2 if first.compiled_by == "nvcc" else 0) and not first.from_cache
     nvcc_calls.clear()
     again = C.build_source(src, arch="sm_90")
     assert again.from_cache and again.directory == first.directory

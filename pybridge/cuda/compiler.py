@@ -143,7 +143,7 @@ def normalize_arch(arch: str | int | tuple[int, int]) -> tuple[str, str]:
         level = m.group(1)
     else:
         raise TypeError(f"arch: expected e.g. 'sm_90', 90 or (9, 0), got {type(arch).__name__} {arch!r}")
-    if not re.fullmatch(r"\d{2,3}[a-z]?", level) or int(re.sub(r"\D", "", level)) < 30:
+    if not re.fullmatch(r"\d{2,3}[a-z]?", level) or int(re.sub(r"\D", "", level)) < 50:
         raise ValueError(f"arch: {arch!r} is not a CUDA architecture (sm_50 and newer)")
     return f"sm_{level}", f"compute_{level}"
 
