@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 from .. import paths
@@ -33,6 +33,7 @@ from .signature import KernelSignature, parse_signature
 __all__ = ["Module", "choose_image", "compile_source", "cubin_arch", "find_images", "load_compiled", "load_module"]
 
 _SUFFIXES = (".cubin", ".ptx", ".fatbin")
+_SOURCE_SUFFIXES = (".cu",)  # compiled first (pybridge.cuda.compiler)
 
 
 def cubin_arch(path: str | os.PathLike[str]) -> tuple[int, int] | None:
@@ -175,10 +176,7 @@ _cache_lock = threading.Lock()
 
 
 def _looks_like_path(s: str) -> bool:
-    return os.sep in s or "/" in s or s.endswith(_SUFFIXES) or s.endswith(_SOURCE_SUFFIXES) or Path(s).is_file()
-
-
-_SOURCE_SUFFIXES = (".cu",)
+    return os.sep in s or "/" in s or s.endswith(_SUFFIXES) or Path(s).is_file()
 
 
 def _load_file(path: Path, name: str, declarations: SourceDeclarations | None = None) -> Module:
@@ -208,7 +206,8 @@ def compile_source(
     prefer: str = "auto",
     device: int = 0,
 ) -> Module:
-    """Compile CUDA C text (or a .cu path) for this GPU and load it: ``pybridge.cuda.compile``.
+    """Compile CUDA C text (or a .cu path: a ``Path``, or a one-line str ending in .cu naming an
+    existing file) for this GPU and load it: ``pybridge.cuda.compile``.
 
     Flags, caching and errors: :mod:`pybridge.cuda.compiler` (nvcc's message in a
     :class:`~pybridge.cuda.compiler.CompileError`).
