@@ -45,6 +45,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..paths import cache_dir
+from .context import compute_capability, have_pycuda
 from .declarations import SourceDeclarations, read_declarations
 
 __all__ = [
@@ -54,7 +55,9 @@ __all__ = [
     "Diagnostic",
     "build_source",
     "default_arch",
+    "describe",
     "normalize_arch",
+    "parse_diagnostics",
 ]
 
 #: The Makefile's NVCCFLAGS.
@@ -150,8 +153,6 @@ def normalize_arch(arch: str | int | tuple[int, int]) -> tuple[str, str]:
 
 def default_arch(device: int = 0) -> str:
     """The GPU's own architecture when PyCUDA sees one, else $CUDA_ARCH, else the Makefile's sm_90."""
-    from .context import compute_capability, have_pycuda
-
     if have_pycuda():
         try:
             major, minor = compute_capability(device)
@@ -516,9 +517,13 @@ def _compile_nvcc(job: _Job, target: str, arch: str, out: Path) -> tuple[bytes, 
     return data, proc.stdout + proc.stderr
 
 
+# warnings.catch_warnings changes process-wide state: one PyCUDA compile at a time per process.
+_pycuda_lock = threading.Lock()
+
+
 def _compile_pycuda(pycuda, job: _Job, target: str, arch: str) -> tuple[bytes, str]:  # type: ignore[no-untyped-def]
     compiler, driver = pycuda
-    with warnings.catch_warnings(record=True) as caught:  # PyCUDA reports nvcc's warnings this way
+    with _pycuda_lock, warnings.catch_warnings(record=True) as caught:  # PyCUDA reports nvcc's warnings this way
         warnings.simplefilter("always")
         try:
             data = compiler.compile(
