@@ -138,8 +138,8 @@ def test_options_and_arch_are_part_of_the_key(cache: Path) -> None:
     assert C.build_source(src, arch="sm_90", options=["-O1", "-std=c++20"]).options == ("-lineinfo", "-O1", "-std=c++20")
 
 
-def _build_in_process(cache: str, src: str, start_at: float) -> str:
-    code = textwrap.dedent("""
+# What each of the four processes runs: wait for the common start, build, print the outcome.
+_PROCESS_CODE = textwrap.dedent("""
         import json, sys, time
         from pybridge.cuda.compiler import build_source
         src, start_at = sys.argv[1], float(sys.argv[2])
@@ -147,16 +147,14 @@ def _build_in_process(cache: str, src: str, start_at: float) -> str:
         b = build_source(src, arch="sm_90")
         print(json.dumps({"dir": str(b.directory), "from_cache": b.from_cache}))
         """)
-    return code
 
 
 @needs_nvcc
 def test_eight_threads_and_four_processes_compile_one_fresh_source(cache: Path) -> None:
     src = fresh()
     start_at = time.time() + 4.0  # everyone starts together, after the processes have imported pybridge
-    code = _build_in_process(str(cache), src, start_at)
     env = dict(os.environ, PYBRIDGE_CACHE=str(cache))
-    procs = [subprocess.Popen([sys.executable, "-c", code, src, str(start_at)], stdout=subprocess.PIPE,
+    procs = [subprocess.Popen([sys.executable, "-c", _PROCESS_CODE, src, str(start_at)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]
     results: list[object] = [None] * 8
 

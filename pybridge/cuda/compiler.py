@@ -23,7 +23,7 @@ the record lists, is not seen by it: pass ``rebuild=True`` then.
 **Concurrency.** One compile per key across threads and processes: an ``flock`` on
 ``<key>.lock``; the entry is written in a temporary directory and renamed into place (atomic), so
 readers see a whole entry or none. An entry missing a file, or with a cubin that is not a CUDA ELF,
-is rebuilt.
+is rebuilt. Entries are never evicted: delete ``$PYBRIDGE_CACHE/cuda`` to reclaim the space.
 """
 
 from __future__ import annotations
@@ -425,11 +425,11 @@ class _Cache:
         entry = self.root / key
         if not rebuild and self._complete(entry):
             return self._result(job, entry, True)
-        with _locked(self.root / f"{key}.lock"):
+        with _locked(self.root / f"{key}.lock") as exclusive:
             if not rebuild and self._complete(entry):
                 return self._result(job, entry, True)  # another thread or process made it meanwhile
-            for left in self.root.glob(f".tmp-{key[:12]}-*"):  # from a compile killed midway: we hold its lock
-                shutil.rmtree(left, ignore_errors=True)
+            for left in self.root.glob(f".tmp-{key[:12]}-*") if exclusive else ():
+                shutil.rmtree(left, ignore_errors=True)  # from a compile killed midway: we hold its lock
             tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:12]}-", dir=self.root))
             try:
                 log, compiled_by = _compile(job, tmp)
@@ -441,25 +441,31 @@ class _Cache:
                     stale = Path(tempfile.mkdtemp(prefix=f".stale-{key[:12]}-", dir=self.root))
                     os.replace(entry, stale / "entry")
                     shutil.rmtree(stale, ignore_errors=True)
-                os.replace(tmp, entry)
+                try:
+                    os.replace(tmp, entry)
+                except OSError:
+                    # Only without flock can another writer get here first; its entry is as good.
+                    if not self._complete(entry):
+                        raise
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         return self._result(job, entry, False)
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path) -> Iterator[bool]:
     """An exclusive flock on ``path`` (between processes, and between threads: each open() is its
-    own open file description). Without fcntl (not POSIX) the atomic rename alone keeps entries whole."""
+    own open file description); yields whether it holds it. Without fcntl (not POSIX) it holds nothing
+and the atomic rename alone keeps entries whole."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
-        yield
+        yield False
         return
     with open(path, "a+b") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:
-            yield
+            yield True
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
