@@ -217,7 +217,10 @@ def _make_deps(text: str) -> list[Path]:
 
 
 def _check_options(options: Sequence[str]) -> list[str]:
-    if isinstance(options, (str, bytes)) or not all(isinstance(o, str) for o in options):
+    if isinstance(options, (str, bytes)):
+        raise TypeError(f"options: expected a list of str such as ['-DBLOCK=128'], got the str {options!r}")
+    options = list(options)  # once, in case it is an iterator
+    if not all(isinstance(o, str) for o in options):
         raise TypeError(f"options: expected a list of str such as ['-DBLOCK=128'], got {options!r}")
     for o in options:
         if _OWN_OPTIONS.match(o):
