@@ -12,7 +12,7 @@ which checks each argument against the declaration without touching the GPU:
 
 Then the launch makes the launch stream wait for every producer stream the arguments name (CAI
 ``stream`` / our arrays' pending streams: PyCUDA itself reads only the pointer), and launches
-through PyCUDA with the argument format computed once from the declaration.
+through the driver with the argument format computed once from the declaration.
 
 **Launch overhead.** The checks run from a plan made once per declaration (:class:`_Plan`): one
 converter per scalar with its range and dtype bound in, the size expressions compiled to a single
@@ -20,14 +20,27 @@ Python function, and a fast path for our own :class:`~pybridge.cuda.arrays.Devic
 (``dtype is expected`` identity test, element count and contiguity cached on the array). Nothing
 on the success path formats a name or a message: whenever a fast check fails, the original,
 general check runs again for that argument and raises the documented error. Launches call
-PyCUDA's ``Function._launch_kernel`` with the packed arguments directly (what
-``prepared_async_call`` ends in, minus its per-call Python and the legacy ``cuFuncSetBlockShape``);
-``PYBRIDGE_CUDA_LAUNCH=prepared`` in the environment keeps ``prepared_async_call``.
+``cuLaunchKernel`` directly through a few lines of C compiled once in cffi API mode
+(:mod:`pybridge.cuda._cshim`), with the arguments packed by a precompiled ``struct.Struct`` and the
+CUfunction of the module loaded through the driver; on any stream (ours, a foreign one, the
+default) with no proxy stream. Where that shim cannot be built (no C compiler), launches go
+through PyCUDA's ``Function._launch_kernel`` (what ``prepared_async_call`` ends in, minus its
+per-call Python); ``PYBRIDGE_CUDA_LAUNCH=pycuda`` forces that path, ``=prepared`` PyCUDA's own
+``prepared_async_call``. :attr:`Kernel.launch_path` says which one a kernel uses.
+
+**Prepared launches.** ``p = k.prepare(*args, grid=..., block=..., stream=s)`` checks the arguments
+once, orders them after their producers once, keeps them alive, packs them, and ``p()`` replays
+the launch with no per-call check (the documented fast form for loops that launch the same
+arguments again and again: only the C call is left). The checks still hold on every replay: the
+arrays are held by ``p`` (their pointers, sizes and dtypes cannot change), and replays queue on
+the one stream ``s``, so stream order covers what the pending-stream tracking did per call.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,12 +52,12 @@ from ..interop import ArrayInfo, cai_info
 from . import _driver
 from .arrays import DeviceArray
 from .context import ensure_context
-from .errors import CudaError, LaunchError, from_pycuda_error
+from .errors import CudaError, LaunchError, error_for_code, from_pycuda_error
 from .launch import Dim3, LaunchConfig
 from .signature import KernelSignature, Param, parse_signature
 from .streams import DEFAULT_STREAM, Stream, as_stream
 
-__all__ = ["BoundArgs", "Kernel", "bind_args", "describe_array", "plan_for", "struct_format"]
+__all__ = ["BoundArgs", "Kernel", "PreparedLaunch", "bind_args", "describe_array", "plan_for", "struct_format"]
 
 # struct format character of each scalar type for PyCUDA's argument packing (native alignment
 # matches the kernel parameter layout). float16 travels as its 16 bits.
@@ -190,7 +203,7 @@ def _check_pointer(plan: _Plan, p: Param, a: Any, expected: int | None, values: 
 
 # ------------------------------------------------------------------ the per-declaration check plan
 
-_F32 = __import__("struct").Struct("=f")
+_F32 = struct.Struct("=f")
 
 
 def _scalar_converter(kernel: str, p: Param) -> Callable[[Any], Any]:
@@ -540,6 +553,9 @@ class Kernel:
         function.prepare(self.arg_format)
         self._plan = plan_for(self.signature)
         self._launch_fn: Callable[..., Any] | None = None  # chosen at the first launch
+        # (pb_launch, CUfunction, Struct.pack, packed size) of the direct path; False: not usable.
+        self._direct: tuple[Any, int, Callable[..., bytes], int] | None | bool = None
+        self.launch_path = "not launched yet"
 
     @property
     def name(self) -> str:
@@ -564,10 +580,58 @@ class Kernel:
                 config = _config_for(grid, block, shared_mem)
         self.launch(config, args, stream=stream)
 
+    def _direct_path(self) -> tuple[Any, int, Callable[..., bytes], int] | bool:
+        """Set up the direct cuLaunchKernel path once (see the module docstring), or False."""
+        direct = self._direct
+        if direct is None:
+            direct = False
+            mode = os.environ.get("PYBRIDGE_CUDA_LAUNCH", "").strip().lower()
+            if mode in ("pycuda", "prepared"):
+                self.launch_path = f"PyCUDA (PYBRIDGE_CUDA_LAUNCH={mode})"
+            elif self.module is None or not hasattr(self.module, "raw_function"):
+                self.launch_path = "PyCUDA (no module file to load through the driver)"
+            else:
+                try:
+                    from ._cshim import launch_shim
+
+                    shim = launch_shim()
+                    packer = struct.Struct("@" + self.arg_format)
+                    direct = (shim.pb_launch, self.module.raw_function(self.name), packer.pack, packer.size)
+                    self.launch_path = "direct cuLaunchKernel (cffi API-mode shim)"
+                except (ImportError, OSError, CudaError) as e:
+                    self.launch_path = f"PyCUDA (direct path unavailable: {e})"
+            self._direct = direct
+        return direct
+
+    def _raise_launch(self, rc: int, config: LaunchConfig) -> None:
+        err = error_for_code(rc, kernel=self.name, operation="launch", cuda_message=_driver.error_string(rc))
+        if isinstance(err, LaunchError) or (type(err) is CudaError and rc in (1, 9, 701)):
+            raise LaunchError(
+                f"{err.cuda_message}; grid={config.grid}, block={config.block}, shared_mem={config.shared_mem}",
+                kernel=self.name, code=rc, operation="launch",
+            )
+        raise err
+
     def launch(self, config: LaunchConfig, args: Sequence[Any], stream: Any = None) -> None:
         ensure_context()
         values, producers, ours, keep = self._plan.bind(args)
         s = DEFAULT_STREAM if stream is None else as_stream(stream)
+        direct = self._direct
+        if direct is None:
+            direct = self._direct_path()
+        if direct:
+            launch_c, function, pack, size = direct  # type: ignore[misc]
+            if producers:
+                order_before(s.cai_stream, producers, self.name)
+            g, b = config.grid, config.block
+            rc = launch_c(function, g[0], g[1], g[2], b[0], b[1], b[2], config.shared_mem, s._handle,
+                          pack(*values), size)
+            if rc:
+                self._raise_launch(rc, config)
+            for arr in ours:
+                arr._pending = s
+            del keep  # imported DLPack producers stayed alive until the launch was queued
+            return
         run_on: Stream = s
         external = s._pycuda is None and s._handle not in (0, 1)
         if external:
@@ -600,6 +664,18 @@ class Kernel:
             arr._pending = s
         del keep  # imported DLPack producers stayed alive until the launch was queued
 
+    def prepare(self, *args: Any, grid: Dim3 | None = None, block: Dim3 | None = None, shared_mem: int = 0,
+                stream: Any = None, config: LaunchConfig | None = None) -> PreparedLaunch:
+        """Check ``args`` once and return a :class:`PreparedLaunch` that replays this launch."""
+        if config is None:
+            if grid is None or block is None:
+                if self.default_config is None:
+                    raise LaunchError(f"kernel {self.name}: give grid= and block= (or config=)", kernel=self.name)
+                config = self.default_config
+            else:
+                config = _config_for(grid, block, shared_mem)
+        return PreparedLaunch(self, config, args, stream)
+
     # Function attributes, handy when choosing a block size.
     def attribute(self, name: str) -> int:
         from .context import pycuda_driver
@@ -614,3 +690,45 @@ class Kernel:
     @property
     def num_regs(self) -> int:
         return self.attribute("num_regs")
+
+
+class PreparedLaunch:
+    """One launch, checked once, replayed by ``p()`` (see the module docstring).
+
+    ``p()`` queues the kernel again with the same arguments on the same stream; only the C call
+    to ``cuLaunchKernel`` runs (on the direct path; elsewhere a checked launch). ``p.raw`` is that
+    C call itself (returns the CUDA code instead of raising), for the tightest loops.
+    """
+
+    __slots__ = ("kernel", "config", "stream", "args", "raw", "_ours")
+
+    def __init__(self, kernel: Kernel, config: LaunchConfig, args: Sequence[Any], stream: Any) -> None:
+        ensure_context()
+        self.kernel, self.config, self.args = kernel, config, tuple(args)
+        s = self.stream = DEFAULT_STREAM if stream is None else as_stream(stream)
+        bound: BoundArgs = kernel._plan.bind(self.args, full=True)  # every check, once
+        self.args = self.args + bound.keepalive  # held: pointers, sizes and dtypes stay as checked
+        self._ours = bound.device_arrays
+        direct = kernel._direct if kernel._direct is not None else kernel._direct_path()
+        if direct:
+            order_before(s.cai_stream, bound.producer_streams, kernel.name)
+            launch_c, function, pack, size = direct  # type: ignore[misc]
+            g, b = config.grid, config.block
+            self.raw = functools.partial(launch_c, function, g[0], g[1], g[2], b[0], b[1], b[2],
+                                         config.shared_mem, s._handle, pack(*bound.values), size)
+        else:
+            self.raw = None
+        for arr in self._ours:
+            arr._pending = s
+
+    def __call__(self) -> None:
+        raw = self.raw
+        if raw is None:  # no direct path here: a checked launch of the same arguments
+            self.kernel.launch(self.config, self.args[: self.kernel._plan.nparams], stream=self.stream)
+            return
+        rc = raw()
+        if rc:
+            self.kernel._raise_launch(rc, self.config)
+
+    def __repr__(self) -> str:
+        return f"<PreparedLaunch {self.kernel.name} grid={self.config.grid} block={self.config.block}>"

@@ -17,6 +17,7 @@ subclasses) with cudart's error string.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -47,8 +48,39 @@ def cdef_for(declarations: Sequence[KernelSignature], extra: str = "") -> str:
     return "\n".join(lines) + "\n" + _COMMON_CDEF + extra
 
 
+def _int_params(sig: KernelSignature) -> str:
+    """Parameters with every pointer (and the stream) as ``uintptr_t``: cffi converts a Python int
+    straight into one, where a pointer type needs an ``ffi.cast`` per argument per call."""
+    parts = [f"{'uintptr_t' if p.is_pointer else p.c_type} {p.name}" for p in sig.params] + ["uintptr_t stream"]
+    return ", ".join(parts)
+
+
+def fast_cdef_for(declarations: Sequence[KernelSignature], extra: str = "") -> str:
+    """The cdef of the integer-pointer entry points ``pbi_<name>`` (see :func:`_int_params`)."""
+    lines = [f"int pbi_{sig.name}({_int_params(sig)});" for sig in declarations]
+    return "\n".join(lines) + "\n" + _COMMON_CDEF + extra
+
+
+def fast_source_for(declarations: Sequence[KernelSignature], extra: str = "") -> str:
+    """C of the API-mode shim: each ``pbi_<name>`` casts its integers back to the declared pointer
+    types and calls the launcher (declared here with its real prototype)."""
+    out = ["#include <stdint.h>", "#include <stdbool.h>", _COMMON_CDEF, extra]
+    for sig in declarations:
+        out.append(sig.c_declaration(return_type="int", extra=("void* stream",)))
+        args = ", ".join(f"({p.c_type}){p.name}" if p.is_pointer else p.name for p in sig.params)
+        out.append(f"int pbi_{sig.name}({_int_params(sig)}) "
+                   f"{{ return {sig.name}({args}{', ' if args else ''}(void*)stream); }}")
+    return "\n".join(out) + "\n"
+
+
 class Launcher:
-    """One host launcher: checks its arguments, then calls the C function."""
+    """One host launcher: checks its arguments, then calls the C function.
+
+    The C call takes pointers and the stream as plain integers (``pbi_<name>``, compiled once in
+    cffi API mode when a C compiler is present, else the same prototype through ABI mode: on the
+    64-bit ABIs CUDA supports a pointer and a ``uintptr_t`` travel identically), so no per-call
+    ``ffi.cast`` is left; the checks are the kernel plan's (:func:`~pybridge.cuda.kernel.plan_for`).
+    """
 
     def __init__(self, owner: Launchers, signature: KernelSignature, cfunc: Any) -> None:
         self._owner = owner
@@ -56,13 +88,15 @@ class Launcher:
         self._cfunc = cfunc
         self.__name__ = signature.name
         self.__doc__ = f"{signature}  (+ stream=...)"
-        # Casting pointers to their declared C types once per parameter.
-        self._ctypes = [p.c_type for p in signature.params]
         self._plan = plan_for(signature)
-        self._casts = tuple((i, ct) for i, (p, ct) in enumerate(zip(signature.params, self._ctypes)) if p.is_pointer)
 
     def __repr__(self) -> str:
         return f"<pybridge.cuda launcher {self.signature}>"
+
+    def _raise(self, rc: int) -> None:
+        raise error_for_code(
+            rc, kernel=self.signature.name, operation="host launcher", cuda_message=self._owner.error_string(rc),
+        )
 
     def __call__(self, *args: Any, stream: Any = None) -> None:
         ensure_context()
@@ -70,18 +104,35 @@ class Launcher:
         s = DEFAULT_STREAM if stream is None else as_stream(stream)
         if producers:
             order_before(s.cai_stream, producers, self.signature.name)
-        cast = self._owner.ffi.cast
-        for i, ct in self._casts:
-            values[i] = cast(ct, values[i])
-        rc = int(self._cfunc(*values, cast("void*", s.handle)))
-        if rc != 0:
-            raise error_for_code(
-                rc, kernel=self.signature.name, operation="host launcher",
-                cuda_message=self._owner.error_string(rc),
-            )
+        rc = self._cfunc(*values, s._handle)
+        if rc:
+            self._raise(rc)
         for arr in ours:
             arr._pending = s
         del keep
+
+    def prepare(self, *args: Any, stream: Any = None) -> Callable[[], None]:
+        """Check ``args`` once; the returned callable replays the call with no per-call check
+        (arrays kept alive, replays queued on the one ``stream``; see
+        :class:`~pybridge.cuda.kernel.PreparedLaunch`). Its ``raw`` attribute is the bare C call."""
+        ensure_context()
+        s = DEFAULT_STREAM if stream is None else as_stream(stream)
+        bound = self._plan.bind(args, full=True)
+        order_before(s.cai_stream, bound.producer_streams, self.signature.name)
+        for arr in bound.device_arrays:
+            arr._pending = s
+        raw = functools.partial(self._cfunc, *bound.values, s._handle)
+        keep = (args, bound.keepalive)
+        fail = self._raise
+
+        def replay() -> None:
+            rc = raw()
+            if rc:
+                fail(rc)
+
+        replay.raw = raw  # type: ignore[attr-defined]
+        replay.keepalive = keep  # type: ignore[attr-defined]
+        return replay
 
 
 class Launchers:
@@ -93,12 +144,26 @@ class Launchers:
         except ImportError as e:
             raise ImportError(f"{CFFI_HINT} [{e}]") from e
         self.path = path
-        self.ffi = cffi.FFI()
-        self.ffi.cdef(cdef_for(declarations, extra_cdef))
-        self.lib = self.ffi.dlopen(str(path))
+        self.mode = "api"
+        try:
+            from ._cshim import compile_shim
+
+            libdir = str(path.parent)
+            self.ffi, self.lib = compile_shim(
+                f"launchers_{path.stem}_{abs(hash(str(path))) % 10**8}",
+                fast_cdef_for(declarations, extra_cdef),
+                fast_source_for(declarations, extra_cdef),
+                extra_link_args=[str(path), f"-Wl,-rpath,{libdir}"],
+            )
+        except ImportError as e:  # no C compiler here: the same prototypes through ABI mode
+            self.mode = f"abi ({e})"
+            self.ffi = cffi.FFI()
+            self.ffi.cdef(fast_cdef_for(declarations, extra_cdef).replace("int pbi_", "int "))
+            self.lib = self.ffi.dlopen(str(path))
         self._launchers: dict[str, Launcher] = {}
+        prefix = "pbi_" if self.mode == "api" else ""
         for sig in declarations:
-            self._launchers[sig.name] = Launcher(self, sig, getattr(self.lib, sig.name))
+            self._launchers[sig.name] = Launcher(self, sig, getattr(self.lib, prefix + sig.name))
 
     def error_string(self, code: int) -> str:
         try:

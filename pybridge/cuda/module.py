@@ -121,6 +121,30 @@ class Module:
         self._functions: dict[str, Any] = {}
         self._kernels: dict[KernelSignature, Kernel] = {}
         self._lock = threading.Lock()
+        self._raw_module: int | None = None  # CUmodule loaded by us for direct launches (see raw_function)
+
+    def raw_function(self, name: str) -> int:
+        """The CUfunction handle of kernel ``name`` in a copy of this module loaded through the
+        driver (PyCUDA does not expose its handles). Kernels launch through it directly
+        (:mod:`pybridge.cuda.kernel`); the image has no module-scope variables shared with
+        PyCUDA's copy (kernels_cu uses none: globals would exist once per loaded copy)."""
+        import ctypes
+
+        from . import _driver
+
+        ensure_context()
+        with self._lock:
+            if self._raw_module is None:
+                mod = ctypes.c_void_p()
+                _driver.check(_driver._fn("cuModuleLoad")(ctypes.byref(mod), str(self.path).encode()),
+                              f"cuModuleLoad({self.path})")
+                self._raw_module = int(mod.value or 0)
+            fn = ctypes.c_void_p()
+            _driver.check(
+                _driver._fn("cuModuleGetFunction")(ctypes.byref(fn), ctypes.c_void_p(self._raw_module), name.encode()),
+                f"cuModuleGetFunction({name})",
+            )
+            return int(fn.value or 0)
 
     @property
     def kind(self) -> str:
