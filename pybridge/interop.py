@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,11 @@ __all__ = [
     "import_dlpack",
     "is_c_contiguous",
     "make_cai",
+    "plain_cai",
+    "futhark_cai",
+    "futhark_dlpack",
+    "futhark_dlpack_device",
+    "futhark_view_of",
     "current_context",
     "restore_current_context",
     "stream_synchronize",
@@ -168,6 +174,38 @@ def cai_info(obj: Any, cai: Mapping[str, Any] | None = None) -> ArrayInfo | None
         readonly=bool(readonly),
         stream=stream,
     )
+
+
+def plain_cai(obj: Any, typestr: str) -> tuple[int, bool, tuple[int, ...], int, int | None] | None:
+    """(pointer, readonly, shape, element count, producer stream) of a CAI producer in the plain,
+    common form: a v3 dict of exact ints with ``typestr``, no strides (C order), no mask, a valid
+    stream. None for anything else, which :func:`cai_info` then reads (and explains when wrong):
+    the hot paths (kernel launches, ``from_cuda``) take this shortcut, with the same outcome."""
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError:
+        return None
+    if type(cai) is not dict:
+        return None
+    get = cai.get
+    if get("typestr") != typestr or get("version") != 3 or get("strides") is not None or get("mask") is not None:
+        return None
+    shape, data, stream = get("shape"), get("data"), get("stream")
+    if type(shape) is not tuple or type(data) is not tuple or len(data) != 2:
+        return None
+    ptr, readonly = data
+    if type(ptr) is not int or type(readonly) is not bool:
+        return None
+    if stream is not None and (type(stream) is not int or stream == 0):
+        return None
+    size = 1
+    for d in shape:
+        if type(d) is not int or d < 0:
+            return None
+        size *= d
+    if ptr == 0 and size != 0:
+        return None
+    return ptr, readonly, shape, size, stream
 
 
 def make_cai(
@@ -505,3 +543,90 @@ def restore_current_context(previous: int) -> None:
     else:
         popped = ctypes.c_void_p()
         cu.cuCtxPopCurrent(ctypes.byref(popped))
+
+
+# ------------------------------------------------------------------ Futhark cuda handles <-> CUDA
+
+# Per exported handle, what cannot change while it lives: (pointer, shape, typestr, device).
+# Keyed by id() with a weak reference that drops the entry when the handle dies (no id reuse).
+_futhark_exports: dict[int, tuple[Any, tuple[int, tuple[int, ...], str, int]]] = {}
+
+
+def _pointer_device(ptr: int) -> int:
+    value = ctypes.c_int(0)
+    try:
+        rc = _driver().cuPointerGetAttribute(ctypes.byref(value), ctypes.c_int(9), ctypes.c_uint64(ptr))
+    except OSError:
+        return 0
+    return int(value.value) if rc == 0 else 0  # 9: CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+
+
+def _futhark_export(handle: Any) -> tuple[int, tuple[int, ...], str, int]:
+    """(pointer, shape, typestr, device) of a cuda-backend array handle whose data is ready.
+
+    The first export of a value syncs its Futhark context: Futhark runs on a context and stream of
+    its own, which no consumer stream can be ordered after, so ``stream`` must be None and the
+    data complete. Futhark values are immutable (a consuming entry point invalidates the handle),
+    so after that one sync the data, pointer and shape stay as they are while the handle lives:
+    later exports check only that the handle is still valid.
+    """
+    if handle.library.backend != "cuda":
+        raise AttributeError(f"__cuda_array_interface__ needs the cuda backend, not {handle.library.backend}")
+    handle.ptr  # InvalidHandleError once freed, consumed or closed  # noqa: B018
+    key = id(handle)
+    entry = _futhark_exports.get(key)
+    if entry is not None and entry[0]() is handle:
+        return entry[1]
+    ptr = handle.data_pointer()
+    handle._ctx.sync()
+    state = (ptr, handle.shape, handle.dtype.str, _pointer_device(ptr) if ptr else 0)
+    _futhark_exports[key] = (weakref.ref(handle, lambda _r, k=key: _futhark_exports.pop(k, None)), state)
+    return state
+
+
+def futhark_cai(handle: Any) -> dict[str, Any]:
+    """``ArrayHandle.__cuda_array_interface__`` (v3, ``stream`` None: see :func:`_futhark_export`)."""
+    ptr, shape, typestr, _ = _futhark_export(handle)
+    return {"shape": shape, "typestr": typestr, "data": (ptr, False), "strides": None, "version": 3, "stream": None}
+
+
+def futhark_dlpack_device(handle: Any) -> tuple[int, int]:
+    return (KDLCUDA, _futhark_export(handle)[3])
+
+
+def futhark_dlpack(handle: Any, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+    """``ArrayHandle.__dlpack__``: a capsule over Futhark's memory that keeps the handle alive.
+
+    The data is complete before the capsule exists (same sync as the CAI), so the consumer's
+    ``stream`` needs no ordering; it is checked only for the value DLPack forbids (0)."""
+    if copy:
+        raise BufferError("Futhark handles export without a copy (copy=True was asked)")
+    if stream == 0:
+        raise ValueError("DLPack stream 0 is ambiguous; use 1 (legacy) or 2 (per-thread default)")
+    ptr, shape, typestr, device = _futhark_export(handle)
+    if dl_device is not None and tuple(dl_device) != (KDLCUDA, device):
+        raise BufferError(f"this Futhark array lives on {(KDLCUDA, device)}, not {tuple(dl_device)}")
+    versioned = max_version is not None and tuple(max_version) >= (1, 0)
+    return export_dlpack(ptr, shape, np.dtype(typestr), device_type=KDLCUDA, device_id=device, owner=handle,
+                         versioned=versioned)
+
+
+def futhark_view_of(obj: Any, dtype: np.dtype, rank: int) -> tuple[int, tuple[int, ...]]:
+    """(pointer, shape) for ``ArrayType.from_cuda``: a C-contiguous CAI array of ``dtype``, whose
+    producer stream has finished (Futhark reads it from its own context and stream)."""
+    fast = plain_cai(obj, dtype.str)
+    if fast is not None and len(fast[2]) == rank:
+        stream = fast[4]
+        if stream is not None:
+            stream_synchronize(stream)
+        return fast[0], fast[2]
+    info = cai_info(obj)
+    if info is None:
+        raise TypeError(f"from_cuda: {type(obj).__name__} has no __cuda_array_interface__")
+    if info.dtype != dtype:
+        raise TypeError(f"from_cuda: expected dtype {dtype}, got {info.dtype}")
+    if not info.c_contiguous:
+        raise ValueError("from_cuda: the array must be C-contiguous")
+    wait_for_producer(info)
+    return info.ptr, info.shape

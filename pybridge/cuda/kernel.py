@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from ..interop import ArrayInfo, cai_info
+from ..interop import ArrayInfo, cai_info, plain_cai
 from . import _driver
 from .arrays import DeviceArray
 from .context import ensure_context
@@ -283,33 +283,13 @@ _NOT_FOREIGN = (DeviceArray, np.ndarray, np.generic, int, float)
 
 
 def _plain_cai_pointer(obj: Any, typestr: str, writes: bool, expected: int | None) -> tuple[int, int | None] | None:
-    """(pointer, producer stream) of a CAI producer in the plain, common form that passes every
-    check: a v3 dict of exact ints, the declared typestr, no strides (C order), no mask. None for
-    anything else, which the general check then handles (so errors and odd forms behave as before).
-    """
-    try:
-        cai = obj.__cuda_array_interface__
-    except AttributeError:
+    """(pointer, producer stream) of a CAI producer in the plain form (:func:`interop.plain_cai`)
+    that passes every check of a pointer parameter; None sends it to the general check."""
+    found = plain_cai(obj, typestr)
+    if found is None:
         return None
-    if type(cai) is not dict:
-        return None
-    get = cai.get
-    if get("typestr") != typestr or get("version") != 3 or get("strides") is not None or get("mask") is not None:
-        return None
-    shape, data, stream = get("shape"), get("data"), get("stream")
-    if type(shape) is not tuple or type(data) is not tuple or len(data) != 2:
-        return None
-    ptr, readonly = data
-    if type(ptr) is not int or not (readonly is False or (readonly is True and not writes)):
-        return None
-    if stream is not None and (type(stream) is not int or stream == 0):
-        return None
-    size = 1
-    for d in shape:
-        if type(d) is not int or d < 0:
-            return None
-        size *= d
-    if (expected is not None and size != expected) or (ptr == 0 and size != 0):
+    ptr, readonly, _, size, stream = found
+    if (readonly and writes) or (expected is not None and size != expected):
         return None
     return ptr, stream
 

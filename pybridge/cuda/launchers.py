@@ -55,14 +55,9 @@ def _int_params(sig: KernelSignature) -> str:
     return ", ".join(parts)
 
 
-def fast_cdef_for(declarations: Sequence[KernelSignature], extra: str = "") -> str:
-    """The cdef of the integer-pointer entry points ``pbi_<name>`` (see :func:`_int_params`)."""
-    lines = [f"int pbi_{sig.name}({_int_params(sig)});" for sig in declarations]
-    return "\n".join(lines) + "\n" + _COMMON_CDEF + extra
-
-
 def fast_source_for(declarations: Sequence[KernelSignature], extra: str = "") -> str:
-    """C of the API-mode shim: each ``pbi_<name>`` casts its integers back to the declared pointer
+    """C of the API-mode shim (the launchers' own prototypes, called by cffi for ``raw()``, and
+    ``pbi_<name>`` over integer pointers): each ``pbi_<name>`` casts its integers back to the declared pointer
     types and calls the launcher (declared here with its real prototype)."""
     out = ["#include <stdint.h>", "#include <stdbool.h>", _COMMON_CDEF, extra]
     for sig in declarations:
@@ -145,25 +140,30 @@ class Launchers:
             raise ImportError(f"{CFFI_HINT} [{e}]") from e
         self.path = path
         self.mode = "api"
+        int_decls = "\n".join(f"int pbi_{sig.name}({_int_params(sig)});" for sig in declarations)
         try:
             from ._cshim import compile_shim
 
             libdir = str(path.parent)
             self.ffi, self.lib = compile_shim(
-                f"launchers_{path.stem}_{abs(hash(str(path))) % 10**8}",
-                fast_cdef_for(declarations, extra_cdef),
-                fast_source_for(declarations, extra_cdef),
+                f"launchers_{path.stem}",
+                cdef_for(declarations, extra_cdef) + int_decls,
+                fast_source_for(declarations, extra_cdef) + f"/* {path} */\n",
                 extra_link_args=[str(path), f"-Wl,-rpath,{libdir}"],
             )
-        except ImportError as e:  # no C compiler here: the same prototypes through ABI mode
+            fast_lib, prefix = self.lib, "pbi_"
+        except ImportError as e:  # no C compiler here: the same integer prototypes through ABI mode
             self.mode = f"abi ({e})"
             self.ffi = cffi.FFI()
-            self.ffi.cdef(fast_cdef_for(declarations, extra_cdef).replace("int pbi_", "int "))
+            self.ffi.cdef(cdef_for(declarations, extra_cdef))
             self.lib = self.ffi.dlopen(str(path))
+            int_ffi = cffi.FFI()
+            int_ffi.cdef(int_decls.replace("int pbi_", "int "))
+            fast_lib, prefix = int_ffi.dlopen(str(path)), ""
+            self._int_ffi = int_ffi  # keeps the library of fast_lib's functions loaded
         self._launchers: dict[str, Launcher] = {}
-        prefix = "pbi_" if self.mode == "api" else ""
         for sig in declarations:
-            self._launchers[sig.name] = Launcher(self, sig, getattr(self.lib, prefix + sig.name))
+            self._launchers[sig.name] = Launcher(self, sig, getattr(fast_lib, prefix + sig.name))
 
     def error_string(self, code: int) -> str:
         try:

@@ -185,19 +185,23 @@ class ArrayHandle(Value):
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        """CAI v3 over Futhark's device memory. Syncs Futhark first, so ``stream`` is None."""
-        if self.library.backend != "cuda":
-            raise AttributeError(f"__cuda_array_interface__ needs the cuda backend, not {self.library.backend}")
-        ptr = self.data_pointer()
-        self._ctx.sync()
-        return {
-            "shape": self.shape,
-            "typestr": self.dtype.str,
-            "data": (ptr, False),
-            "strides": None,
-            "version": 3,
-            "stream": None,
-        }
+        """CAI v3 over Futhark's device memory, ``stream`` None: Futhark's context is synced before
+        the first export of a value (later exports reuse what cannot change: see interop)."""
+        from ..interop import futhark_cai
+
+        return futhark_cai(self)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        """DLPack export (cuda backend), no copy, data ready (synced as for the CAI)."""
+        from ..interop import futhark_dlpack
+
+        return futhark_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from ..interop import futhark_dlpack_device
+
+        return futhark_dlpack_device(self)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_restore_array, (self.library.key, self.type_name, self.numpy()))
@@ -463,17 +467,10 @@ class ArrayKind:
         """Zero-copy view of a CUDA array (anything with ``__cuda_array_interface__``)."""
         if self.library.backend != "cuda":
             raise TypeError(f"from_cuda needs a cuda-backend library, this one is {self.library.backend}")
-        from ..interop import cai_info, wait_for_producer
+        from ..interop import futhark_view_of
 
-        info = cai_info(obj)
-        if info is None:
-            raise TypeError(f"from_cuda: {type(obj).__name__} has no __cuda_array_interface__")
-        if info.dtype != self.dtype:
-            raise TypeError(f"from_cuda: expected dtype {self.dtype}, got {info.dtype}")
-        if not info.c_contiguous:
-            raise ValueError("from_cuda: the array must be C-contiguous")
-        wait_for_producer(info)  # Futhark runs on its own stream and context: the data must be ready
-        return self.new_raw(info.ptr, info.shape, owner=obj)
+        ptr, shape = futhark_view_of(obj, self.dtype, self.rank)  # checks, and waits for the producer
+        return self.new_raw(ptr, shape, owner=obj)
 
     def __repr__(self) -> str:
         return f"<ArrayType {self.name}>"
