@@ -278,7 +278,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="extra nvcc flag, repeatable, e.g. --option=-DBLOCK=128 (.cu only)")
     b.add_argument("-I", "--include", action="append", default=[], metavar="DIR", help="include directory (.cu only)")
     b.set_defaults(func=cmd_build)
-    ns = p.parse_args(argv)
+    sub.add_parser("bench", help="benchmarks: overhead, exchange, fusion, bandwidth, matmul, all (pybridge bench -h)",
+                   add_help=False)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["bench"]:  # its own parser (subcommands are imported lazily)
+        from .bench.cli import main as bench_main
+
+        return bench_main(args[1:])
+    ns = p.parse_args(args)
     return int(ns.func(ns))
 
 

@@ -102,3 +102,66 @@ def time_cuda_events(fn: Callable[[], Any], stream: Any = None, warmup: int = 3,
         end.synchronize()
         samples.append(end.time_since(start) / 1e3)
     return _summary(samples)
+
+
+# ------------------------------------------------------------------ pybridge bench rows
+
+
+def summarize(samples_s: list[float]) -> dict[str, float]:
+    """median / min / interquartile range in microseconds (what every ``pybridge bench`` row holds)."""
+    xs = sorted(samples_s)
+    if len(xs) >= 4:
+        q = statistics.quantiles(xs, n=4)
+        iqr = q[2] - q[0]
+    else:
+        iqr = xs[-1] - xs[0]
+    return {"median_us": statistics.median(xs) * 1e6, "min_us": xs[0] * 1e6, "iqr_us": iqr * 1e6,
+            "samples": len(xs)}
+
+
+def measure(fn: Callable[[], Any], sync: Callable[[], Any] | None = None, *, calls: int = 1000,
+            repeat: int = 7, warmup: int | None = None) -> dict[str, float]:
+    """Per-call time of ``fn`` over ``repeat`` batches of ``calls`` back-to-back calls, one
+    ``sync()`` per batch inside the timed region (asynchronous work is counted, one sync's cost is
+    spread over the batch). Warm-up: ``warmup`` calls (default calls // 10 + 3) and a sync."""
+    for _ in range(calls // 10 + 3 if warmup is None else warmup):
+        fn()
+    if sync:
+        sync()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if sync:
+            sync()
+        samples.append((time.perf_counter() - t0) / calls)
+    return summarize(samples)
+
+
+class Progress:
+    """A one-line progress bar on stderr (long runs): ``with Progress(n, "overhead") as p: p.step()``."""
+
+    def __init__(self, total: int, label: str, enabled: bool = True) -> None:
+        import sys
+
+        self.total, self.label, self.done = max(total, 1), label, 0
+        self.stream = sys.stderr
+        self.enabled = enabled
+
+    def step(self, what: str = "") -> None:
+        self.done += 1
+        if self.enabled:
+            width = 24
+            filled = width * self.done // self.total
+            self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] "
+                              f"{self.done}/{self.total} {what[:40]:<40}")
+            self.stream.flush()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * (len(self.label) + 75) + "\r")
+            self.stream.flush()

@@ -1,0 +1,100 @@
+"""``pybridge bench <subcommand>``: one command for every benchmark (see ``pybridge bench -h``).
+
+Subcommands are modules of this package exposing ``HELP``, ``add_arguments(parser)`` and
+``run(args) -> list[dict]`` (rows with "benchmark", "impl", "size", "median_us", ...); they are
+imported only when run, so a missing optional one (``bandwidth``, ``matmul``) is reported, not fatal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shlex
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from . import report
+
+SUBCOMMANDS = ("overhead", "exchange", "fusion", "bandwidth", "matmul")
+_HELP = {
+    "overhead": "per-call host overhead of Futhark calls and CUDA launches vs their floors",
+    "exchange": "zero-copy exchange with CuPy / PyTorch / numba vs the copying path",
+    "fusion": "the fusion curve: a chain of N elementwise ops",
+    "bandwidth": "saxpy / sum / scan bandwidth vs device copy (pybridge.bench.bandwidth)",
+    "matmul": "matmul vs cuBLAS (pybridge.bench.matmul)",
+}
+
+
+def _module(name: str) -> tuple[Any, str]:
+    try:
+        return importlib.import_module(f"pybridge.bench.{name}"), ""
+    except ImportError as e:
+        return None, f"pybridge.bench.{name} is missing in this installation ({e})"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pybridge bench", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="subcommand", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--quick", action="store_true", help="reduced sizes and repeats (CI, CPU-only machines)")
+        sp.add_argument("--json", metavar="FILE", help="write the rows (and run metadata) as JSON")
+        sp.add_argument("--png", metavar="FILE", help="draw the rows (needs matplotlib)")
+        sp.add_argument("--markdown", metavar="FILE", help="(re)generate BENCHMARKS.md: targets, figures, tables")
+
+    for name in SUBCOMMANDS:
+        mod, why = _module(name)
+        sp = sub.add_parser(name, help=getattr(mod, "HELP", None) or _HELP[name] + ("" if mod else f" [{why}]"))
+        common(sp)
+        if mod is not None:
+            mod.add_arguments(sp)
+        sp.set_defaults(modules=[name])
+    a = sub.add_parser("all", help="every subcommand above, in turn (each with its default options)")
+    common(a)
+    a.set_defaults(modules=list(SUBCOMMANDS))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ns = build_parser().parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    failed = 0
+    for name in ns.modules:
+        mod, why = _module(name)
+        if mod is None:
+            print(f"pybridge bench {name}: {why}", file=sys.stderr)
+            rows.append({"benchmark": name, "impl": "all", "size": None, "median_us": None, "skipped": why})
+            continue
+        args = ns
+        if ns.subcommand == "all":  # each module's own defaults, with the common flags
+            sp = argparse.ArgumentParser()
+            mod.add_arguments(sp)
+            args = sp.parse_args([])
+            args.quick = ns.quick
+        try:
+            got = mod.run(args)
+        except Exception as e:  # noqa: BLE001 - one broken benchmark must not lose the others' rows
+            failed += 1
+            msg = f"{type(e).__name__}: {e}"
+            print(f"pybridge bench {name} failed: {msg}", file=sys.stderr)
+            got = [{"benchmark": name, "impl": "all", "size": None, "median_us": None, "skipped": f"failed: {msg}"}]
+        rows += got
+    report.print_table(rows)
+    meta = report.machine_meta("pybridge bench " + " ".join(shlex.quote(a) for a in argv))
+    if ns.json:
+        report.write_json(ns.json, rows, meta)
+    png_problem = None
+    if ns.png:
+        png_problem = report.write_png(ns.png, rows)
+        if png_problem:
+            print(png_problem, file=sys.stderr)
+    if ns.markdown:
+        report.write_markdown(ns.markdown, rows, meta, ns.png if ns.png and not png_problem else None)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

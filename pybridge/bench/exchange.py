@@ -1,0 +1,173 @@
+"""``pybridge bench exchange``: handing arrays between pybridge and CuPy / PyTorch / numba.
+
+Rows, per call, data resident on the GPU (n f32 elements):
+
+* pybridge's side alone: ``handle.__cuda_array_interface__`` / ``__dlpack__`` of a Futhark cuda
+  handle and of a pybridge.cuda DeviceArray, and ``ArrayType.from_cuda(x).free()`` /
+  ``cuda.as_device_array(x)`` for a CuPy, PyTorch and numba array;
+* the whole exchange as a user writes it (``cupy.asarray(h)``, ``torch.as_tensor(h,
+  device="cuda")``, ``numba.cuda.as_cuda_array(h)``, ``cupy.from_dlpack``/``torch.from_dlpack``),
+  and ``torch.from_dlpack(cupy_array)`` as the two libraries' own cost for comparison;
+* the copying path (through host memory), which zero-copy exchange replaces, beside the published
+  110–350 µs per call.
+
+Without a GPU only the copying path runs (c backend: NumPy in, NumPy out).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+
+from .common import gpu_status, optional, probe_library, pycuda_status, row, skipped
+from .timing import Progress, measure
+
+HELP = "zero-copy exchange with CuPy / PyTorch / numba (CAI, DLPack) vs the copying path"
+
+# impl names used by the targets in report.py (pybridge's side of each exchange)
+PYBRIDGE_SIDE = "pybridge side"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n", type=int, default=1 << 20, help="elements per array (f32)")
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    quick = getattr(args, "quick", False)
+    calls, repeat = (200, 3) if quick else (2000, 7)
+    n = min(args.n, 1 << 12) if quick else args.n
+    gpu, why = gpu_status()
+    rows: list[dict[str, Any]] = []
+    with Progress(3, "exchange", enabled=not quick) as bar:
+        rows += copy_rows(n, gpu, quick)
+        bar.step("copy")
+        if gpu:
+            rows += futhark_rows(n, calls, repeat)
+            bar.step("futhark")
+            rows += cuda_rows(n, calls, repeat)
+            bar.step("pybridge.cuda")
+        else:
+            for b in ("exchange: Futhark handle", "exchange: pybridge.cuda DeviceArray"):
+                rows.append(skipped(b, "all", why, n))
+    return rows
+
+
+def _side(b: str, what: str, n: int, fn: Any, calls: int, repeat: int, **extra: Any) -> dict[str, Any]:
+    return row(b, what, n, measure(fn, calls=calls, repeat=repeat), **extra)
+
+
+def futhark_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
+    import pybridge.futhark as pf
+
+    b = "exchange: Futhark handle"
+    so = probe_library("cuda")
+    if so is None:
+        return [skipped(b, "all", "no cuda probe library: make futhark FUTHARK_BACKEND=cuda", n)]
+    lib = pf.load(so)
+    t = lib.types["[]f32"]
+    x = np.random.default_rng(0).random(n, dtype=np.float32)
+    h = t.new(x)
+    rows = [
+        _side(b, f"{PYBRIDGE_SIDE}: h.__cuda_array_interface__", n, lambda: h.__cuda_array_interface__, calls, repeat),
+        _side(b, f"{PYBRIDGE_SIDE}: h.__dlpack__() (capsule dropped)", n, lambda: h.__dlpack__(stream=1), calls, repeat),
+        row(b, "export of a fresh result (first export syncs Futhark)", n,
+            measure(lambda: lib.saxpy(2.0, h, h).__cuda_array_interface__, calls=calls // 4, repeat=repeat),
+            note="includes the saxpy call and the sync it needs"),
+    ]
+    cp, cwhy = optional("cupy")
+    torch, twhy = optional("torch")
+    nb, nwhy = optional("numba.cuda")
+    if cp is not None:
+        c = cp.asarray(x)
+        rows.append(_side(b, "to CuPy: cupy.asarray(h)", n, lambda: cp.asarray(h), calls, repeat))
+        rows.append(_side(b, "to CuPy: cupy.from_dlpack(h)", n, lambda: cp.from_dlpack(h), calls, repeat))
+        rows.append(_side(b, f"{PYBRIDGE_SIDE}: from_cuda(cupy).free()", n, lambda: t.from_cuda(c).free(), calls, repeat))
+    else:
+        rows.append(skipped(b, "CuPy", cwhy, n))
+    if torch is not None:
+        tt = torch.from_numpy(x).cuda()
+        rows.append(_side(b, "to PyTorch: torch.as_tensor(h, device='cuda')", n,
+                          lambda: torch.as_tensor(h, device="cuda"), calls, repeat))
+        rows.append(_side(b, "to PyTorch: torch.from_dlpack(h)", n, lambda: torch.from_dlpack(h), calls, repeat))
+        rows.append(_side(b, f"{PYBRIDGE_SIDE}: from_cuda(torch).free()", n, lambda: t.from_cuda(tt).free(), calls, repeat))
+        if cp is not None:
+            rows.append(_side(b, "reference: torch.from_dlpack(cupy array)", n, lambda: torch.from_dlpack(c), calls, repeat,
+                              note="the two libraries' own exchange, no pybridge"))
+    else:
+        rows.append(skipped(b, "PyTorch", twhy, n))
+    if nb is not None:
+        try:
+            na = nb.to_device(x)
+            rows.append(_side(b, "to numba: numba.cuda.as_cuda_array(h)", n, lambda: nb.as_cuda_array(h), calls, repeat))
+            rows.append(_side(b, f"{PYBRIDGE_SIDE}: from_cuda(numba).free()", n, lambda: t.from_cuda(na).free(), calls, repeat))
+        except Exception as e:  # noqa: BLE001 - numba-cuda may not work with this NumPy
+            rows.append(skipped(b, "numba", f"{type(e).__name__}: {str(e)[:100]}", n))
+    else:
+        rows.append(skipped(b, "numba", nwhy, n))
+    h.free()
+    lib.close()
+    return rows
+
+
+def cuda_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
+    b = "exchange: pybridge.cuda DeviceArray"
+    ok, why = pycuda_status()
+    if not ok:
+        return [skipped(b, "all", why, n)]
+    from pybridge import cuda
+
+    x = cuda.to_device(np.random.default_rng(0).random(n, dtype=np.float32))
+    rows = [
+        _side(b, f"{PYBRIDGE_SIDE}: x.__cuda_array_interface__", n, lambda: x.__cuda_array_interface__, calls, repeat),
+        _side(b, f"{PYBRIDGE_SIDE}: x.__dlpack__() (capsule dropped)", n, lambda: x.__dlpack__(stream=1), calls, repeat),
+    ]
+    cp, cwhy = optional("cupy")
+    torch, twhy = optional("torch")
+    if cp is not None:
+        c = cp.asarray(x)
+        rows.append(_side(b, "to CuPy: cupy.asarray(x)", n, lambda: cp.asarray(x), calls, repeat))
+        rows.append(_side(b, f"{PYBRIDGE_SIDE}: cuda.as_device_array(cupy)", n, lambda: cuda.as_device_array(c), calls, repeat))
+    else:
+        rows.append(skipped(b, "CuPy", cwhy, n))
+    if torch is not None:
+        tt = torch.empty(n, device="cuda")
+        rows.append(_side(b, "to PyTorch: torch.as_tensor(x, device='cuda')", n,
+                          lambda: torch.as_tensor(x, device="cuda"), calls, repeat))
+        rows.append(_side(b, f"{PYBRIDGE_SIDE}: cuda.as_device_array(torch)", n, lambda: cuda.as_device_array(tt),
+                          calls, repeat))
+    else:
+        rows.append(skipped(b, "PyTorch", twhy, n))
+    return rows
+
+
+def copy_rows(n: int, gpu: bool, quick: bool) -> list[dict[str, Any]]:
+    """The path zero-copy replaces: data through host memory (published: 110-350 µs per call)."""
+    import pybridge.futhark as pf
+
+    backend = "cuda" if gpu and probe_library("cuda") else "c"
+    b = f"exchange: copying path ({backend})"
+    so = probe_library(backend)
+    if so is None:
+        return [skipped(b, "all", f"no probe library for {backend}", n)]
+    lib = pf.load(so)
+    t = lib.types["[]f32"]
+    x = np.random.default_rng(0).random(n, dtype=np.float32)
+    h = t.new(x)
+    calls, repeat = (20, 3) if quick else (200, 7)
+    rows = [
+        row(b, "Futhark -> host: h.numpy()", n, measure(h.numpy, calls=calls, repeat=repeat),
+            note="published copying path: 110-350 µs per call"),
+        row(b, "host -> Futhark: t.new(x).free()", n, measure(lambda: t.new(x).free(), lib.sync, calls=calls, repeat=repeat)),
+    ]
+    cp, _ = optional("cupy") if gpu else (None, "")
+    if cp is not None:
+        c = cp.asarray(x)
+        rows.append(row(b, "CuPy -> Futhark via host: t.new(cupy.asnumpy(c)).free()", n,
+                        measure(lambda: t.new(cp.asnumpy(c)).free(), lib.sync, calls=calls, repeat=repeat)))
+        rows.append(row(b, "Futhark -> CuPy via host: cupy.asarray(h.numpy())", n,
+                        measure(lambda: cp.asarray(h.numpy()), calls=calls, repeat=repeat)))
+    h.free()
+    lib.close()
+    return rows

@@ -1,0 +1,254 @@
+"""Output of ``pybridge bench``: a table on stdout, ``--json``, ``--png`` and ``--markdown``.
+
+``--markdown BENCHMARKS.md`` (re)writes the file from the rows: the targets of issues 13 and 14
+with the measured figure and, where one is missed, by how much; then every table. A hand-written
+notes section (between the ``notes`` markers) survives regeneration: that is where the "why" of a
+missed target lives.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import exchange as ex
+from . import overhead as ov
+
+NOTES_START = "<!-- notes:start (kept when this file is regenerated) -->"
+NOTES_END = "<!-- notes:end -->"
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.2f}" if v < 100 else f"{v:.1f}"
+    return str(v)
+
+
+def table_lines(rows: list[dict[str, Any]], markdown: bool = False) -> list[str]:
+    """Rows grouped by benchmark, one table each (markdown or plain columns)."""
+    out: list[str] = []
+    extra_keys = sorted({k for r in rows for k in r} - {"benchmark", "impl", "size", "median_us", "min_us", "iqr_us",
+                                                         "samples", "note", "skipped"})
+    by_bench: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_bench.setdefault(r["benchmark"], []).append(r)
+    for bench, rs in by_bench.items():
+        keys = [k for k in extra_keys if any(k in r for r in rs)]
+        head = ["impl", "size", "median µs", "min µs", "IQR µs", *keys, "note"]
+        body = [[r["impl"], _fmt(r.get("size")), _fmt(r.get("median_us")), _fmt(r.get("min_us")),
+                 _fmt(r.get("iqr_us")), *[_fmt(r.get(k)) for k in keys],
+                 (f"skipped: {r['skipped']}" if r.get("skipped") else r.get("note", "")) or ""] for r in rs]
+        if markdown:
+            out += [f"### {bench}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in b) + " |" for b in body]
+        else:
+            widths = [max(len(str(x[i])) for x in [head, *body]) for i in range(len(head) - 1)]
+            out += [f"== {bench}", "  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  note"]
+            out += ["  ".join(str(c).ljust(w) for c, w in zip(b, widths)) + "  " + str(b[-1]) for b in body]
+        out.append("")
+    return out
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print("\n".join(table_lines(rows)))
+
+
+def write_json(path: str, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    Path(path).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str) + "\n")
+
+
+def write_png(path: str, rows: list[dict[str, Any]]) -> str | None:
+    """A bar chart per benchmark (fusion as curves); None, or why no figure was drawn."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        return f"no PNG: matplotlib is not installed ({e})"
+    timed = [r for r in rows if r.get("median_us") is not None]
+    benches = list(dict.fromkeys(r["benchmark"] for r in timed))
+    if not benches:
+        return "no PNG: no timed rows"
+    fig, axes = plt.subplots(len(benches), 1, figsize=(9, 2.2 + 0.32 * max(
+        len([r for r in timed if r["benchmark"] == b]) for b in benches) * 1.0 * 1 or 3), squeeze=False)
+    fig.set_size_inches(9, sum(1.2 + 0.3 * len({r["impl"] for r in timed if r["benchmark"] == b}) for b in benches))
+    for ax, b in zip(axes[:, 0], benches):
+        rs = [r for r in timed if r["benchmark"] == b]
+        if b == "fusion":
+            for (impl, size) in dict.fromkeys((r["impl"], r["size"]) for r in rs):
+                pts = [(r["ops"], r["median_us"]) for r in rs if r["impl"] == impl and r["size"] == size]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{impl} n={size}")
+            ax.set(xlabel="ops in chain (N)", ylabel="µs per call", yscale="log", title=b)
+            ax.legend(fontsize=6)
+        else:
+            labels = [f"{r['impl']}" + (f" n={r['size']}" if r.get("size") else "") for r in rs]
+            ax.barh(range(len(rs)), [r["median_us"] for r in rs])
+            ax.set_yticks(range(len(rs)), labels, fontsize=7)
+            ax.invert_yaxis()
+            ax.set(xlabel="median µs per call (log)", xscale="log", title=b)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return None
+
+
+# ------------------------------------------------------------------ targets of issues 13 and 14
+
+
+@dataclass(frozen=True)
+class Target:
+    issue: int
+    text: str
+    check: Callable[[list[dict[str, Any]]], tuple[str, bool | None, str]]  # (figure, met, by how much)
+
+
+def _find(rows: list[dict[str, Any]], bench_prefix: str, impl: str) -> float | None:
+    for r in rows:
+        if r["benchmark"].startswith(bench_prefix) and r["impl"] == impl and r.get("median_us") is not None:
+            return float(r["median_us"])
+    return None
+
+
+def _ratio_target(bench: str, impl: str, ref_bench: str, ref_impl: str, factor: float,
+                  absolute: float | None = None) -> Callable[[list[dict[str, Any]]], tuple[str, bool | None, str]]:
+    def check(rows: list[dict[str, Any]]) -> tuple[str, bool | None, str]:
+        got, ref = _find(rows, bench, impl), _find(rows, ref_bench, ref_impl)
+        if got is None:
+            return "not measured here", None, ""
+        bound = ref * factor if ref is not None else None
+        if absolute is not None:
+            bound = absolute if bound is None else min(bound, absolute)
+        if bound is None:
+            return f"{got:.2f} µs (no reference row)", None, ""
+        fig = f"{got:.2f} µs" + (f" vs {ref_impl} {ref:.2f} µs" if ref is not None else "")
+        return fig, got <= bound, "" if got <= bound else f"+{got - bound:.2f} µs ({got / bound:.2f}× the bound)"
+
+    return check
+
+
+def _added_target(bench: str, impl: str, ref_impl: str, added: float) -> Callable[..., tuple[str, bool | None, str]]:
+    def check(rows: list[dict[str, Any]]) -> tuple[str, bool | None, str]:
+        got, ref = _find(rows, bench, impl), _find(rows, bench, ref_impl)
+        if got is None or ref is None:
+            return "not measured here", None, ""
+        return (f"{got:.2f} µs vs C {ref:.2f} µs: +{got - ref:.2f} µs", got - ref <= added,
+                "" if got - ref <= added else f"{got - ref - added:.2f} µs over")
+
+    return check
+
+
+def _exchange_target(rows: list[dict[str, Any]]) -> tuple[str, bool | None, str]:
+    sides = [(r["impl"], r["median_us"]) for r in rows
+             if r["benchmark"].startswith("exchange: ") and r["impl"].startswith(ex.PYBRIDGE_SIDE)
+             and r.get("median_us") is not None]
+    if not sides:
+        return "not measured here", None, ""
+    worst = max(sides, key=lambda s: s[1])
+    over = [f"{i.split(': ', 1)[1]} {v:.2f} µs" for i, v in sides if v > 2.0]
+    return f"worst {worst[1]:.2f} µs ({worst[0].split(': ', 1)[1]})", not over, "; ".join(over)
+
+
+def _external(bench: str, text: str) -> Callable[..., tuple[str, bool | None, str]]:
+    def check(rows: list[dict[str, Any]]) -> tuple[str, bool | None, str]:
+        mine = [r for r in rows if r["benchmark"].startswith(bench)]
+        if not mine:
+            return f"no `{bench}` rows in this run", None, ""
+        met = [r.get("target_met") for r in mine if "target_met" in r]
+        figs = "; ".join(f"{r['impl']} n={r.get('size')}: {r.get('pct_of_reference', r.get('median_us'))}"
+                         for r in mine if r.get("median_us") is not None)[:300]
+        return figs or text, (all(met) if met else None), ""
+
+    return check
+
+
+TARGETS: list[Target] = [
+    Target(13, "Futhark scalar entry point ≤ 0.8 µs and ≤ half of futhark-ffi (default mode)",
+           _ratio_target("futhark-call (", ov.FUT_DEFAULT, "futhark-call (", ov.FUT_FFI, 0.5, absolute=0.8)),
+    Target(13, "Futhark array entry point on resident handles ≤ 1.5× the bare cffi call",
+           _ratio_target("futhark-array-call (", "pybridge lib.saxpy(a, hx, hy).free()", "futhark-array-call (",
+                         "bare cffi entry + free", 1.5)),
+    Target(13, "Futhark entry point through pybridge vs the same call from C: ≤ 2 µs added (chain30)",
+           _added_target("futhark-chain30 (", "pybridge chain30(h).free(); sync()", ov.FUT_C, 2.0)),
+    Target(13, "Checked kernel launch, PyCUDA path (pybridge Kernel) ≤ CuPy RawKernel",
+           _ratio_target("cuda-launch", ov.K_CHECKED, "cuda-launch", ov.CUPY_RAW, 1.0)),
+    Target(13, "Checked kernel launch, cffi host-launcher path ≤ CuPy RawKernel",
+           _ratio_target("cuda-launch", ov.L_CHECKED, "cuda-launch", ov.CUPY_RAW, 1.0)),
+    Target(13, "Prepared (unchecked per call) kernel launch ≤ 1.2× the C loop of cuLaunchKernel",
+           _ratio_target("cuda-launch", ov.K_PREPARED, "cuda-launch", ov.C_LAUNCH, 1.2)),
+    Target(13, "Prepared host-launcher call ≤ 1.2× the C loop of launch_saxpy",
+           _ratio_target("cuda-launch", ov.L_PREPARED, "cuda-launch", ov.C_LAUNCHER, 1.2)),
+    Target(13, "Exchange with CuPy / PyTorch / numba, both directions, no copy: ≤ 2 µs on pybridge's side",
+           _exchange_target),
+    Target(14, "saxpy, sum, scan at 2^24–2^28: ≥ 90% of the copy bandwidth of the same run",
+           _external("bandwidth", "see the bandwidth table")),
+    Target(14, "matmul f32 (no TF32) at 2048–8192: ≥ 75% of cuBLAS SGEMM of the same run",
+           _external("matmul", "see the matmul table")),
+]
+
+
+def target_lines(rows: list[dict[str, Any]]) -> list[str]:
+    out = ["| issue | target | figure | met | missed by |", "|---|---|---|---|---|"]
+    for t in TARGETS:
+        fig, met, miss = t.check(rows)
+        mark = {True: "yes", False: "**no**", None: "–"}[met]
+        out.append(f"| {t.issue} | {t.text} | {fig} | {mark} | {miss} |")
+    return out
+
+
+def write_markdown(path: str, rows: list[dict[str, Any]], meta: dict[str, Any], png: str | None) -> None:
+    p = Path(path)
+    notes = f"{NOTES_START}\n_(hand-written notes: why a target is missed; kept on regeneration)_\n{NOTES_END}"
+    if p.exists():
+        m = re.search(re.escape(NOTES_START) + r".*?" + re.escape(NOTES_END), p.read_text(), re.S)
+        if m:
+            notes = m.group(0)
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `" + meta["command"] + "`; do not edit outside the notes section (regenerate instead).",
+        "",
+        f"Machine: {meta['machine']}; GPU: {meta['gpu']}; Python {meta['python']}; {meta['date']}.",
+        "Every figure: median over batches after warm-up (min and interquartile range beside it), with the",
+        "synchronisation each path needs inside the timed region; device times from CUDA events where shown.",
+        "",
+        "## Targets (issues 13 and 14)",
+        "",
+        *target_lines(rows),
+        "",
+        "## Notes",
+        "",
+        notes,
+        "",
+    ]
+    if png:
+        lines += ["## Figure", "", f"![benchmarks]({Path(png).name})", ""]
+    lines += ["## Tables", "", *table_lines(rows, markdown=True)]
+    p.write_text("\n".join(lines) + "\n")
+
+
+def machine_meta(command: str) -> dict[str, Any]:
+    import datetime
+    import sys
+
+    from .common import gpu_status
+
+    gpu, why = gpu_status()
+    name = "none (" + why + ")"
+    if gpu:
+        try:
+            import subprocess
+
+            name = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=20).stdout.strip() or "present"
+        except Exception:  # noqa: BLE001
+            name = "present"
+    return {"command": command, "machine": f"{platform.node()} {platform.machine()}", "gpu": name,
+            "python": sys.version.split()[0], "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
