@@ -139,6 +139,7 @@ def futhark_rows(backend: str, calls: int, repeat: int, quick: bool) -> list[dic
 
 def _futhark_ffi_row(b: str, so: Any, calls: int, repeat: int) -> dict[str, Any]:
     import importlib.util
+    import os
     import shutil
     import subprocess
     import sys
@@ -154,7 +155,12 @@ def _futhark_ffi_row(b: str, so: Any, calls: int, repeat: int) -> dict[str, Any]
         shutil.copy(so.with_name(f"probe.{ext}"), tmp)
     # `python -m futhark_ffi.build` does nothing in 0.16 (no __main__ guard): call main().
     code = "import sys; sys.argv=['build','probe']; import futhark_ffi.build as b; b.main()"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True)
+    env = dict(os.environ)
+    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    if Path(cuda_home, "include", "cuda.h").exists():  # cuda backend: futhark-ffi's cffi build needs the headers
+        env["CFLAGS"] = f"{env.get('CFLAGS', '')} -I{cuda_home}/include".strip()
+        env["LDFLAGS"] = f"{env.get('LDFLAGS', '')} -L{cuda_home}/lib64 -L{cuda_home}/lib64/stubs".strip()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return skipped(b, FUT_FFI, f"futhark-ffi build failed: {proc.stderr.strip()[-160:]}")
     sys.path.insert(0, str(tmp))
