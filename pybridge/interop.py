@@ -43,6 +43,7 @@ __all__ = [
     "is_c_contiguous",
     "make_cai",
     "plain_cai",
+    "plain_cai_of",
     "futhark_cai",
     "futhark_dlpack",
     "futhark_dlpack_device",
@@ -185,6 +186,11 @@ def plain_cai(obj: Any, typestr: str) -> tuple[int, bool, tuple[int, ...], int, 
         cai = obj.__cuda_array_interface__
     except AttributeError:
         return None
+    return plain_cai_of(cai, typestr)
+
+
+def plain_cai_of(cai: Any, typestr: str) -> tuple[int, bool, tuple[int, ...], int, int | None] | None:
+    """:func:`plain_cai` of an interface dictionary already read."""
     if type(cai) is not dict:
         return None
     get = cai.get

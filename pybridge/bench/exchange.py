@@ -76,6 +76,11 @@ def futhark_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
             measure(lambda: lib.saxpy(2.0, h, h).__cuda_array_interface__, calls=calls // 4, repeat=repeat),
             note="includes the saxpy call and the sync it needs"),
     ]
+    # What Futhark's own C functions cost for a wrap + free (part of from_cuda, not pybridge's side).
+    new_raw, free, ctx = lib.lib.futhark_new_raw_f32_1d, lib.lib.futhark_free_f32_1d, lib.context.ptr
+    ptr = h.data_pointer()
+    rows.append(_side(b, "reference: Futhark's new_raw + free alone (bare cffi)", n,
+                      lambda: free(ctx, new_raw(ctx, ptr, n)), calls, repeat, note="inside from_cuda(...).free()"))
     cp, cwhy = optional("cupy")
     torch, twhy = optional("torch")
     nb, nwhy = optional("numba.cuda")
@@ -92,6 +97,8 @@ def futhark_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
                           lambda: torch.as_tensor(h, device="cuda"), calls, repeat))
         rows.append(_side(b, "to PyTorch: torch.from_dlpack(h)", n, lambda: torch.from_dlpack(h), calls, repeat))
         rows.append(_side(b, f"{PYBRIDGE_SIDE}: from_cuda(torch).free()", n, lambda: t.from_cuda(tt).free(), calls, repeat))
+        rows.append(_side(b, "reference: PyTorch's own tensor.__cuda_array_interface__", n,
+                          lambda: tt.__cuda_array_interface__, calls, repeat, note="inside from_cuda(torch)"))
         if cp is not None:
             rows.append(_side(b, "reference: torch.from_dlpack(cupy array)", n, lambda: torch.from_dlpack(c), calls, repeat,
                               note="the two libraries' own exchange, no pybridge"))

@@ -227,6 +227,13 @@ class DeviceArray:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         s = self._pending
+        meta = self._meta
+        if meta is None:
+            meta = self._launch_meta()
+        info = self._info
+        if meta[1]:  # C-contiguous (cached with the launch metadata): no strides to compute
+            return {"shape": info.shape, "typestr": info.dtype.str, "data": (info.ptr, info.readonly),
+                    "version": 3, "strides": None, "stream": s.cai_stream if s is not None else None}
         return interop.make_cai(
             self.ptr, self.shape, self.dtype, strides=self.strides, readonly=self.readonly,
             stream=s.cai_stream if s is not None else None,
@@ -387,9 +394,20 @@ def from_cai(obj: Any, stream: Any = None) -> DeviceArray:
 
     If the producer names a stream, ``stream`` (None = the legacy default stream) waits for it.
     """
-    info = interop.cai_info(obj)
-    if info is None:
-        raise TypeError(f"{type(obj).__name__} has no __cuda_array_interface__")
+    try:
+        cai = obj.__cuda_array_interface__  # read once: some producers (PyTorch) build it in Python
+    except AttributeError:
+        raise TypeError(f"{type(obj).__name__} has no __cuda_array_interface__") from None
+    t = cai.get("typestr") if type(cai) is dict else None
+    # The common v3 form with a little-endian / byte-order-free number type: read without the
+    # general parser (same outcome); anything else goes through cai_info, which explains errors.
+    plain = interop.plain_cai_of(cai, t) if type(t) is str and t[:1] in "<|" and t[1:2] in "fiub" else None
+    if plain is not None:
+        ptr, readonly, shape, _, cai_stream = plain
+        dt = _dtype(t)
+        info = ArrayInfo(ptr, shape, interop.c_contiguous_strides(shape, dt.itemsize), dt, readonly, cai_stream)
+    else:
+        info = interop.cai_info(obj, cai)  # type: ignore[assignment]
     pending: Stream | None = None
     if info.stream is not None:
         ensure_context()

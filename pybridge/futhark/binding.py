@@ -6,7 +6,7 @@ every load):
   no C compiler at load time, works for any library the manifest describes. The default.
 - ``api``: a compiled CPython extension calling the library's functions directly (needs a C compiler
   and the header ``<prog>.h`` next to the library). Lower per-call overhead; see
-  benchmarks/bench_call_overhead.py for the measured difference.
+  `pybridge bench overhead` for the measured difference.
 Generated modules are cached by a hash of (mode, declarations, library path, cffi version).
 """
 

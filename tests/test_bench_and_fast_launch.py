@@ -1,0 +1,198 @@
+"""CPU checks of the thin call path and of ``pybridge bench``.
+
+* the direct-launch shim (cffi API mode) hands cuLaunchKernel exactly the configuration, stream and
+  argument bytes PyCUDA would (a recording stand-in replaces the driver's function), for checked
+  and prepared launches, and turns a CUDA error code into the documented exception;
+* the host-launcher bindings (API-mode shim and the ABI fallback) call the real library;
+* ``pybridge bench overhead --quick`` and ``pybridge bench all --quick --json`` run here and
+  write what they promise; ``--markdown`` keeps the hand-written notes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pybridge.cuda import _cshim, catalog
+from pybridge.cuda.signature import parse_signature
+
+ROOT = Path(__file__).resolve().parents[1]
+SAXPY = "saxpy(float a, const float* x[n], const float* y[n], float* out[n], int64 n)"
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler for the cffi API-mode shim")
+
+
+class FakeCAI:
+    """A CAI v3 producer without a GPU (only the pointer value is used by launches)."""
+
+    def __init__(self, ptr: int, n: int, typestr: str = "<f4", stream: int | None = None) -> None:
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": typestr, "data": (ptr, False), "version": 3,
+                                         "strides": None, "stream": stream}
+
+
+_PROTO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p, ctypes.c_void_p,
+                          ctypes.POINTER(ctypes.c_void_p))
+
+
+@pytest.fixture
+def recording_driver(monkeypatch):
+    """cuLaunchKernel replaced by a recorder; returns (calls, set_return_code)."""
+    calls: list[tuple] = []
+    rc = [0]
+
+    @_PROTO
+    def fake(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        size = ctypes.cast(extra[3], ctypes.POINTER(ctypes.c_size_t))[0]
+        calls.append((f, (gx, gy, gz), (bx, by, bz), shared, stream or 0, ctypes.string_at(extra[1], size),
+                      params, (extra[0], extra[2], extra[4])))
+        return rc[0]
+
+    try:
+        lib = _cshim.launch_shim(ctypes.cast(fake, ctypes.c_void_p).value)
+    except ImportError as e:
+        pytest.skip(str(e))
+    previous = lib.pb_get_launch_fn()
+    monkeypatch.setattr(_cshim, "launch_shim", lambda: lib)
+    import pybridge.cuda.kernel as kmod
+
+    monkeypatch.setattr(kmod, "ensure_context", lambda device=0: None)
+    yield calls, rc
+    lib.pb_set_launch_fn(previous)
+
+
+class _Function:  # what Kernel needs of a PyCUDA function on this path
+    def prepare(self, fmt):
+        self.fmt = fmt
+
+
+class _Module:
+    def raw_function(self, name):
+        assert name == "saxpy"
+        return 0xF00D
+
+
+@needs_cc
+def test_direct_launch_passes_what_pycuda_would(recording_driver):
+    from pybridge.cuda.kernel import Kernel
+    from pybridge.cuda.streams import Stream
+
+    calls, _ = recording_driver
+    k = Kernel(_Function(), SAXPY, module=_Module())
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        n = int(rng.integers(0, 10**6))
+        a = float(rng.normal() * 1e3)
+        ptrs = [int(p) for p in rng.integers(1, 2**47, size=3)] if n else [0, 0, 0]
+        stream = Stream.external(int(rng.integers(3, 2**40)))
+        k(a, *(FakeCAI(p, n) for p in ptrs), n, grid=(7, 2), block=128, shared_mem=64, stream=stream)
+        f, grid, block, shared, s, buf, params, markers = calls[-1]
+        assert (f, grid, block, shared, s) == (0xF00D, (7, 2, 1), (128, 1, 1), 64, stream.handle)
+        assert buf == struct.pack("@fPPPq", np.float32(a), *ptrs, n)  # PyCUDA's 'fPPPq', native alignment
+        assert params is None and markers == (1, 2, None)  # BUFFER_POINTER, BUFFER_SIZE, END
+    assert k.launch_path.startswith("direct")
+
+
+@needs_cc
+def test_prepared_launch_checks_once_then_replays(recording_driver):
+    from pybridge.cuda.errors import LaunchError
+    from pybridge.cuda.kernel import Kernel
+
+    calls, rc = recording_driver
+    k = Kernel(_Function(), SAXPY, module=_Module())
+    with pytest.raises(ValueError, match="parameter y"):
+        k.prepare(2.0, FakeCAI(16, 10), FakeCAI(32, 9), FakeCAI(48, 10), 10, grid=1, block=32)
+    with pytest.raises(TypeError, match="parameter x"):
+        k.prepare(2.0, np.ones(10, np.float32), FakeCAI(32, 10), FakeCAI(48, 10), 10, grid=1, block=32)
+    assert not calls  # nothing launched for bad arguments
+    p = k.prepare(2.0, FakeCAI(16, 10), FakeCAI(32, 10), FakeCAI(48, 10), 10, grid=3, block=32)
+    for _ in range(3):
+        p()
+    assert len(calls) == 3 and len({c[5] for c in calls}) == 1
+    assert calls[0][5] == struct.pack("@fPPPq", 2.0, 16, 32, 48, 10)
+    assert p.raw() == 0 and len(calls) == 4
+    rc[0] = 1  # CUDA_ERROR_INVALID_VALUE from the driver: a LaunchError naming the configuration
+    with pytest.raises(LaunchError, match="grid=\\(3, 1, 1\\)"):
+        p()
+    with pytest.raises(LaunchError):
+        k(2.0, FakeCAI(16, 10), FakeCAI(32, 10), FakeCAI(48, 10), 10, grid=3, block=32)
+
+
+def _launchers(monkeypatch, abi: bool):
+    from pybridge.cuda import launchers as lmod
+
+    so = ROOT / "build" / "cuda" / "libsaxpy.so"
+    if not so.exists():
+        pytest.skip("build/cuda/libsaxpy.so not built (make cuda needs nvcc)")
+    if abi:
+        def no_compiler(*a, **k):
+            raise ImportError("no compiler (test)")
+
+        monkeypatch.setattr(_cshim, "compile_shim", no_compiler)
+    monkeypatch.setattr(lmod, "ensure_context", lambda device=0: None)
+    sigs = [parse_signature(d) for d in catalog.MODULES["saxpy"].launchers]
+    return lmod.Launchers(so, sigs, "")
+
+
+@pytest.mark.parametrize("abi", [False, True], ids=["api-shim", "abi-fallback"])
+def test_host_launcher_call_paths(monkeypatch, abi):
+    if not abi and shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    lib = _launchers(monkeypatch, abi)
+    assert lib.mode.startswith("abi" if abi else "api")
+    f = lib.launch_saxpy
+    empty = [FakeCAI(0, 0) for _ in range(3)]
+    assert f(2.0, *empty, 0) is None  # n == 0: the C launcher returns success before any CUDA call
+    replay = f.prepare(2.0, *empty, 0)
+    replay()
+    assert replay.raw() == 0
+    with pytest.raises(ValueError, match="parameter y"):  # checks happen before C sees anything
+        f(2.0, FakeCAI(0, 0), FakeCAI(16, 3), FakeCAI(0, 0), 0)
+    assert lib.raw("launch_saxpy")(1.0, lib.ffi.NULL, lib.ffi.NULL, lib.ffi.NULL, -1, lib.ffi.NULL) == 1
+
+
+# ------------------------------------------------------------------ pybridge bench
+
+
+def _bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pybridge", "bench", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_bench_overhead_quick_runs_here(tmp_path):
+    proc = _bench("overhead", "--quick", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "futhark-call (" in proc.stdout and "cuda-launch" in proc.stdout
+    assert "median µs" in proc.stdout
+
+
+def test_bench_all_quick_json_and_markdown(tmp_path):
+    out = tmp_path / "bench.json"
+    md = tmp_path / "BENCHMARKS.md"
+    md.write_text("old\n<!-- notes:start (kept when this file is regenerated) -->\nmy note 42\n<!-- notes:end -->\n")
+    proc = _bench("all", "--quick", "--json", str(out), "--markdown", str(md), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["meta"]["command"].startswith("pybridge bench all --quick")
+    rows = data["rows"]
+    assert {r["benchmark"].split(" (")[0].split(":")[0] for r in rows} >= {
+        "futhark-call", "futhark-array-call", "futhark-chain30", "cuda-launch", "exchange", "fusion"}
+    for r in rows:
+        assert {"benchmark", "impl", "size", "median_us"} <= r.keys()
+        # every row is either a measurement or says why it is missing
+        assert (r["median_us"] is not None and r["median_us"] > 0) or r.get("skipped"), r
+    timed = [r for r in rows if r["median_us"] is not None]
+    assert any(r["benchmark"].startswith("futhark-call") and r["impl"] == "C loop" for r in timed) or any(
+        r["benchmark"].startswith("futhark-call") and r["impl"] == "C loop" and r.get("skipped") for r in rows)
+    assert any(r["benchmark"] == "fusion" for r in timed)
+    for name in ("bandwidth", "matmul"):  # written by another change: present, or said to be missing
+        assert any(r["benchmark"].startswith(name) for r in rows)
+    text = md.read_text()
+    assert "my note 42" in text and "old\n" not in text
+    assert "## Targets (issues 13 and 14)" in text and "≤ CuPy RawKernel" in text
