@@ -196,3 +196,76 @@ def test_bench_all_quick_json_and_markdown(tmp_path):
     text = md.read_text()
     assert "my note 42" in text and "old\n" not in text
     assert "## Targets (issues 13 and 14)" in text and "≤ CuPy RawKernel" in text
+
+
+# ------------------------------------------------------------------ the generated fast bind
+
+
+def _device_array(ptr: int, n: int, dtype=np.float32, readonly: bool = False, strides=None):
+    from pybridge.cuda.arrays import DeviceArray
+    from pybridge.interop import ArrayInfo, c_contiguous_strides
+
+    dt = np.dtype(dtype)
+    info = ArrayInfo(ptr, (n,), strides or c_contiguous_strides((n,), dt.itemsize), dt, readonly)
+    return DeviceArray(info, owner=None)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_scalar = st.one_of(st.floats(allow_nan=False, width=64), st.floats(min_value=-1e39, max_value=1e39),
+                    st.integers(-2**70, 2**70), st.booleans(), st.just(None), st.just(np.float32(1.5)))
+_size = st.integers(-3, 40)
+
+
+@st.composite
+def _pointer(draw):
+    kind = draw(st.sampled_from(["ours", "ours-f64", "ours-ro", "ours-strided", "ours-null", "cai", "cai-ro",
+                                 "cai-stream", "numpy", "int"]))
+    n = draw(st.integers(0, 40))
+    ptr = draw(st.integers(1, 2**40)) * 256
+    if kind == "ours":
+        return _device_array(ptr, n)
+    if kind == "ours-f64":
+        return _device_array(ptr, n, np.float64)
+    if kind == "ours-ro":
+        return _device_array(ptr, n, readonly=True)
+    if kind == "ours-strided":
+        return _device_array(ptr, n, strides=(8,))
+    if kind == "ours-null":
+        return _device_array(0, n)
+    if kind == "cai":
+        return FakeCAI(ptr, n)
+    if kind == "cai-ro":
+        c = FakeCAI(ptr, n)
+        c.__cuda_array_interface__["data"] = (ptr, True)
+        return c
+    if kind == "cai-stream":
+        return FakeCAI(ptr, n, stream=draw(st.sampled_from([1, 2, 0x5000])))
+    if kind == "numpy":
+        return np.ones(n, np.float32)
+    return ptr
+
+
+@settings(max_examples=400, deadline=None)
+@given(a=_scalar, x=_pointer(), y=_pointer(), out=_pointer(), n=st.one_of(_size, _scalar))
+def test_fast_bind_agrees_with_the_general_check(a, x, y, out, n):
+    """Whatever the generated fast path accepts, the general path accepts with the same result;
+    whatever the general path rejects, the fast path hands over (returns None)."""
+    from pybridge.cuda.kernel import plan_for
+
+    plan = plan_for(parse_signature(SAXPY))
+    args = (a, x, y, out, n)
+    fast = plan.fast(args)
+    saved, plan.fast = plan.fast, None
+    try:
+        general = plan.bind(args)
+    except (TypeError, ValueError, OverflowError, KeyError, ZeroDivisionError):
+        general = None
+    finally:
+        plan.fast = saved
+    if fast is None:
+        return
+    assert general is not None, f"fast path accepted what the general check rejects: {args}"
+    assert fast[0] == general[0] and fast[1] == general[1]
+    assert [id(o) for o in fast[2]] == [id(o) for o in general[2]]

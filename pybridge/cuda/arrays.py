@@ -51,7 +51,7 @@ class DeviceArray:
     """An array in device memory. Build one with :func:`to_device`, :func:`empty`, :func:`zeros`
     or :func:`as_device_array`, not directly."""
 
-    # _info: the description without a stream (immutable). _meta: (size, C-contiguous, int pointer),
+    # _info: the description without a stream (immutable). _meta: see _launch_meta,
     # what every launch checks, computed once on first use. _icache: (pending stream, info) for
     # `info`. _alloc: True when _owner is a PyCUDA allocation of ours (see `gpuarray`).
     __slots__ = ("_info", "_gpu", "_owner", "_pending", "_meta", "_icache", "_alloc", "__weakref__")
@@ -73,12 +73,13 @@ class DeviceArray:
         self._gpu = gpu
         self._owner = owner
         self._pending = pending
-        self._meta: tuple[int, bool, int] | None = None
+        self._meta: tuple[int, bool, int, Any, bool] | None = None
         self._icache: tuple[Stream, ArrayInfo] | None = None
         self._alloc = False
 
-    def _launch_meta(self) -> tuple[int, bool, int]:
-        """(element count, C-contiguous, pointer as int): what launches check, computed once."""
+    def _launch_meta(self) -> tuple[int, bool, int, Any, bool]:
+        """(element count, C-contiguous, pointer as int, dtype if launchable else None, read-only):
+        what launches check, computed once (an array's description never changes)."""
         meta = self._meta
         if meta is None:
             info = self._info
@@ -87,8 +88,12 @@ class DeviceArray:
             except (TypeError, ValueError):
                 # Not a pointer: report "not contiguous" (uncached) so that launches take the
                 # general check, which fails on it exactly as before.
-                return (info.size, False, 0)
-            meta = self._meta = (info.size, info.c_contiguous, ptr)
+                return (info.size, False, 0, None, info.readonly)
+            size, contiguous = info.size, info.c_contiguous
+            # 4th: the dtype when the array can be launched as is (contiguous, a pointer unless
+            # empty), else None; 5th: read-only. Launch checks compare these two only.
+            ok = info.dtype if contiguous and (ptr != 0 or size == 0) else None
+            meta = self._meta = (size, contiguous, ptr, ok, info.readonly)
         return meta
 
     # -- description
@@ -346,7 +351,7 @@ def empty(shape: int | Sequence[int], dtype: Any = np.float32) -> DeviceArray:
     info = ArrayInfo(int(alloc), shape_t, interop.c_contiguous_strides(shape_t, itemsize), dt)
     out = DeviceArray(info, owner=alloc)
     out._alloc = True
-    out._meta = (count, True, info.ptr)
+    out._meta = (count, True, info.ptr, dt, False)
     return out
 
 

@@ -294,10 +294,107 @@ def _plain_cai_pointer(obj: Any, typestr: str, writes: bool, expected: int | Non
     return ptr, stream
 
 
+def _foreign_pointer(obj: Any, typestr: str, writes: bool, expected: int | None) -> tuple[int, int | None] | None:
+    """The CAI shortcut of :meth:`_Plan.bind` for one argument that is not our DeviceArray."""
+    if isinstance(obj, _NOT_FOREIGN):
+        return None
+    return _plain_cai_pointer(obj, typestr, writes, expected)
+
+
+def _compile_fast_bind(signature: KernelSignature) -> Callable[[Sequence[Any]], Any] | None:
+    """One Python function, generated from the declaration, that runs :meth:`_Plan.bind`'s checks
+    for the common argument types straight through (exact int / float / bool scalars in range, our
+    DeviceArrays with their cached metadata, plain CAI producers), or returns None as soon as any
+    argument is anything else, so that the general path checks it and raises the documented error.
+    Accepts exactly what the general path accepts with the same result; it only skips the loops
+    and lookups the general path needs to handle every case. None for declarations it does not
+    cover (float16 scalars, sizes the general path evaluates)."""
+    params = signature.params
+    n = len(params)
+    index = {p.name: i for i, p in enumerate(params) if not p.is_pointer and p.dtype.kind in "iu"}
+    env: dict[str, Any] = {"_DA": DeviceArray, "_foreign": _foreign_pointer, "_f32": _F32.pack,
+                           "_f32u": _F32.unpack, "_ZeroDivisionError": ZeroDivisionError,
+                           "_OverflowError": OverflowError, "min": min, "max": max}
+    body = [f"    if len(args) != {n}:", "        return None"]
+    if n:
+        body.append(f"    ({', '.join(f'a{i}' for i in range(n))},) = args")
+    for i, p in enumerate(params):
+        if p.is_pointer:
+            continue
+        kind = p.dtype.kind
+        if kind in "iu":
+            info = np.iinfo(p.dtype)
+            body += [f"    if type(a{i}) is not int or not ({int(info.min)} <= a{i} <= {int(info.max)}):",
+                     "        return None"]
+        elif kind == "b":
+            body += [f"    if type(a{i}) is not bool:", "        return None"]
+        elif p.dtype == np.float32:
+            body += [f"    if type(a{i}) is not float:", "        return None",
+                     "    try:", f"        a{i} = _f32u(_f32(a{i}))[0]", "    except _OverflowError:", "        return None"]
+        elif p.dtype == np.float64:
+            body += [f"    if type(a{i}) is not float:", "        return None"]
+        else:
+            return None  # float16: the general path
+    sized = [p for p in params if p.is_pointer and p.size is not None]
+    if sized:
+        exprs = []
+        for p in sized:
+            expr = p.size_expr
+            if expr is None or not expr.names <= index.keys():
+                return None
+            exprs.append(expr.python_source({name: f"a{i}" for name, i in index.items()}))
+        body += ["    try:"] + [f"        e{j} = {src}" for j, src in enumerate(exprs)]
+        body += ["    except _ZeroDivisionError:", "        return None"]
+        body += [f"    if e{j} < 0:\n        return None" for j in range(len(exprs))]
+    body += ["    streams = []", "    ours = []", "    keep = []"]
+    slot = 0
+    for i, p in enumerate(params):
+        if not p.is_pointer:
+            continue
+        env[f"_DT{i}"] = p.dtype
+        expected = None
+        if p.size is not None:
+            expected = f"e{slot}"
+            slot += 1
+        writes = not p.is_const
+        cond = ["m is None", f"m[3] is not _DT{i}"]  # see DeviceArray._launch_meta
+        if writes:
+            cond.append("m[4]")
+        if expected:
+            cond.append(f"m[0] != {expected}")
+        body += [
+            f"    if type(a{i}) is _DA:",
+            f"        m = a{i}._meta",
+            f"        if {' or '.join(cond)}:",
+            "            return None",
+            f"        pend = a{i}._pending",
+            "        if pend is not None:",
+            "            cs = pend._handle or 1",  # Stream.cai_stream, inlined
+            "            if cs not in streams:",
+            "                streams.append(cs)",
+            f"        ours.append(a{i})",
+            f"        a{i} = m[2]",
+            "    else:",
+            f"        r = _foreign(a{i}, {p.dtype.str!r}, {writes}, {expected or 'None'})",
+            "        if r is None:",
+            "            return None",
+            "        if r[1] is not None and r[1] not in streams:",
+            "            streams.append(r[1])",
+            f"        keep.append(a{i})",
+            f"        a{i} = r[0]",
+        ]
+    body.append(f"    return [{', '.join(f'a{i}' for i in range(n))}], streams, ours, keep")
+    source = "def fast_bind(args):\n" + "\n".join(body) + "\n"
+    # Generated from the parsed declaration only: identifiers a<i>/e<j>, int literals, operators.
+    exec(compile(source, f"<fast bind of {signature.name}>", "exec"), env)
+    fn: Callable[[Sequence[Any]], Any] = env["fast_bind"]
+    return fn
+
+
 class _Plan:
     """What checking one declaration's arguments needs, computed once (see the module docstring)."""
 
-    __slots__ = ("general_sizes", "name", "nparams", "pointers", "scalars", "signature", "sized", "sizes_fn")
+    __slots__ = ("fast", "general_sizes", "name", "nparams", "pointers", "scalars", "signature", "sized", "sizes_fn")
 
     def __init__(self, signature: KernelSignature) -> None:
         self.signature = signature
@@ -320,6 +417,7 @@ class _Plan:
         self.sized = tuple(sized)
         self.sizes_fn = _compile_sizes(signature) if sized else None
         self.general_sizes = bool(sized) and self.sizes_fn is None
+        self.fast = _compile_fast_bind(signature)
 
     def _scalar_dict(self, values: list[Any]) -> dict[str, Any]:
         params = self.signature.params
@@ -334,6 +432,12 @@ class _Plan:
     def bind(self, args: Sequence[Any], full: bool = False) -> Any:
         """Check ``args``. Returns (values, producer streams, our DeviceArrays, keep-alive list),
         or with ``full`` the :class:`BoundArgs`."""
+        if not full:
+            fast = self.fast
+            if fast is not None:
+                got = fast(args)
+                if got is not None:
+                    return got
         if len(args) != self.nparams:
             params = self.signature.params
             raise TypeError(
@@ -558,7 +662,26 @@ class Kernel:
                 config = self.default_config
             else:
                 config = _config_for(grid, block, shared_mem)
-        self.launch(config, args, stream=stream)
+        direct = self._direct
+        if not direct:  # first launch (chooses the path) or the PyCUDA path
+            self.launch(config, args, stream=stream)
+            return
+        # The direct path of launch(), inlined: this is the per-call cost of every checked launch.
+        ensure_context()
+        plan = self._plan
+        fast = plan.fast
+        got = fast(args) if fast is not None else None
+        values, producers, ours, keep = got if got is not None else plan.bind(args)
+        s = DEFAULT_STREAM if stream is None else as_stream(stream)
+        if producers:
+            order_before(s.cai_stream, producers, self.name)
+        launch_c, function, pack, size = direct  # type: ignore[misc]
+        rc = launch_c(function, *config.launch_args, s._handle, pack(*values), size)
+        if rc:
+            self._raise_launch(rc, config)
+        for arr in ours:
+            arr._pending = s
+        del keep  # imported producers stayed alive until the launch was queued
 
     def _direct_path(self) -> tuple[Any, int, Callable[..., bytes], int] | bool:
         """Set up the direct cuLaunchKernel path once (see the module docstring), or False."""
@@ -603,9 +726,7 @@ class Kernel:
             launch_c, function, pack, size = direct  # type: ignore[misc]
             if producers:
                 order_before(s.cai_stream, producers, self.name)
-            g, b = config.grid, config.block
-            rc = launch_c(function, g[0], g[1], g[2], b[0], b[1], b[2], config.shared_mem, s._handle,
-                          pack(*values), size)
+            rc = launch_c(function, *config.launch_args, s._handle, pack(*values), size)
             if rc:
                 self._raise_launch(rc, config)
             for arr in ours:

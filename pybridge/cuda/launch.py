@@ -76,6 +76,8 @@ class LaunchConfig:
         object.__setattr__(self, "grid", g)
         object.__setattr__(self, "block", b)
         object.__setattr__(self, "shared_mem", int(shared_mem))
+        # What cuLaunchKernel takes, in its order, flattened once (launches splat it).
+        object.__setattr__(self, "launch_args", (*g, *b, int(shared_mem)))
 
     @property
     def threads_per_block(self) -> int:
