@@ -374,24 +374,11 @@ def _capsule_destructor(capsule: int | None) -> None:
 _CAPSULE_DESTRUCTOR_PTR = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value
 
 
-def export_dlpack(
-    ptr: int,
-    shape: Sequence[int],
-    dtype: np.dtype,
-    *,
-    strides: Sequence[int] | None = None,
-    device_type: int = KDLCUDA,
-    device_id: int = 0,
-    owner: Any = None,
-    versioned: bool = False,
-    readonly: bool = False,
-) -> Any:
-    """A DLPack capsule for memory at ``ptr``; ``owner`` stays alive until the consumer's deleter runs.
-
-    ``strides`` are in bytes (as in NumPy and CAI) and must be multiples of the item size; None
-    means C-contiguous. ``versioned`` gives a DLPack 1.0 ``dltensor_versioned`` capsule (which
-    carries the read-only flag), else a legacy ``dltensor`` one.
-    """
+def _dlpack_template(
+    ptr: int, shape: Sequence[int], dtype: np.dtype, strides: Sequence[int] | None, device_type: int,
+    device_id: int, versioned: bool, readonly: bool,
+) -> tuple[Any, bytes, Any, Any, bytes]:
+    """(struct class, its bytes, shape array, strides array, capsule name) of one export."""
     dtype = np.dtype(dtype)
     ndim = len(shape)
     shape_arr = (ctypes.c_int64 * max(ndim, 1))(*[int(d) for d in shape])
@@ -421,6 +408,42 @@ def export_dlpack(
     else:
         managed = _DLManagedTensor(tensor, None, _MANAGED_DELETER_PTR)
         name = _NAME_LEGACY
+    return type(managed), bytes(managed), shape_arr, strides_arr, name
+
+
+# Exports of the same array repeat: the managed-tensor bytes are built once per description (the
+# shape and strides arrays they point to stay alive in the entry and in every export made from it).
+_templates: dict[tuple[Any, ...], tuple[Any, bytes, Any, Any, bytes]] = {}
+
+
+def export_dlpack(
+    ptr: int,
+    shape: Sequence[int],
+    dtype: np.dtype,
+    *,
+    strides: Sequence[int] | None = None,
+    device_type: int = KDLCUDA,
+    device_id: int = 0,
+    owner: Any = None,
+    versioned: bool = False,
+    readonly: bool = False,
+) -> Any:
+    """A DLPack capsule for memory at ``ptr``; ``owner`` stays alive until the consumer's deleter runs.
+
+    ``strides`` are in bytes (as in NumPy and CAI) and must be multiples of the item size; None
+    means C-contiguous. ``versioned`` gives a DLPack 1.0 ``dltensor_versioned`` capsule (which
+    carries the read-only flag), else a legacy ``dltensor`` one.
+    """
+    key = (int(ptr), tuple(shape), dtype, None if strides is None else tuple(strides), device_type, device_id,
+           versioned, readonly)
+    entry = _templates.get(key)
+    if entry is None:
+        entry = _dlpack_template(ptr, shape, np.dtype(dtype), strides, device_type, device_id, versioned, readonly)
+        if len(_templates) >= 512:
+            _templates.clear()
+        _templates[key] = entry
+    cls, raw, shape_arr, strides_arr, name = entry
+    managed = cls.from_buffer_copy(raw)
     address = ctypes.addressof(managed)
     with _exports_lock:
         _exports[address] = (managed, shape_arr, strides_arr, owner)
@@ -618,15 +641,16 @@ def futhark_dlpack(handle: Any, *, stream: Any = None, max_version: Any = None, 
                          versioned=versioned)
 
 
-def futhark_view_of(obj: Any, dtype: np.dtype, rank: int) -> tuple[int, tuple[int, ...]]:
-    """(pointer, shape) for ``ArrayType.from_cuda``: a C-contiguous CAI array of ``dtype``, whose
-    producer stream has finished (Futhark reads it from its own context and stream)."""
+def futhark_view_of(obj: Any, dtype: np.dtype, rank: int) -> tuple[int, tuple[int, ...], bool]:
+    """(pointer, shape, plain) for ``ArrayType.from_cuda``: a C-contiguous CAI array of ``dtype``,
+    whose producer stream has finished (Futhark reads it from its own context and stream). ``plain``:
+    the shape has ``rank`` non-negative exact ints (the :func:`plain_cai` form)."""
     fast = plain_cai(obj, dtype.str)
     if fast is not None and len(fast[2]) == rank:
         stream = fast[4]
         if stream is not None:
             stream_synchronize(stream)
-        return fast[0], fast[2]
+        return fast[0], fast[2], True
     info = cai_info(obj)
     if info is None:
         raise TypeError(f"from_cuda: {type(obj).__name__} has no __cuda_array_interface__")
@@ -635,4 +659,4 @@ def futhark_view_of(obj: Any, dtype: np.dtype, rank: int) -> tuple[int, tuple[in
     if not info.c_contiguous:
         raise ValueError("from_cuda: the array must be C-contiguous")
     wait_for_producer(info)
-    return info.ptr, info.shape
+    return info.ptr, info.shape, False

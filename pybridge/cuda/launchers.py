@@ -95,7 +95,10 @@ class Launcher:
 
     def __call__(self, *args: Any, stream: Any = None) -> None:
         ensure_context()
-        values, producers, ours, keep = self._plan.bind(args)
+        plan = self._plan
+        fast = plan.fast  # the generated check (kernel.py), else the general one
+        got = fast(args) if fast is not None else None
+        values, producers, ours, keep = got if got is not None else plan.bind(args)
         s = DEFAULT_STREAM if stream is None else as_stream(stream)
         if producers:
             order_before(s.cai_stream, producers, self.signature.name)

@@ -469,8 +469,15 @@ class ArrayKind:
             raise TypeError(f"from_cuda needs a cuda-backend library, this one is {self.library.backend}")
         from ..interop import futhark_view_of
 
-        ptr, shape = futhark_view_of(obj, self.dtype, self.rank)  # checks, and waits for the producer
-        return self.new_raw(ptr, shape, owner=obj)
+        ptr, shape, plain = futhark_view_of(obj, self.dtype, self.rank)  # checks, waits for the producer
+        lib, fn = self.library, self.new_raw_fn
+        if not plain or fn is None or lib.raw_ctype != "CUdeviceptr":
+            return self.new_raw(ptr, shape, owner=obj)
+        # The plain CAI form has the rank and non-negative exact ints new_raw would check for.
+        raw = fn(lib.context.ptr, ptr, *shape)
+        if raw == self.ffi.NULL:
+            raise lib.context.error(None, self.info.ops["new_raw"])
+        return ArrayHandle(lib, self, raw, keep=obj)
 
     def __repr__(self) -> str:
         return f"<ArrayType {self.name}>"
