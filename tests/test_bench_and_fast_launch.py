@@ -269,3 +269,29 @@ def test_fast_bind_agrees_with_the_general_check(a, x, y, out, n):
     assert general is not None, f"fast path accepted what the general check rejects: {args}"
     assert fast[0] == general[0] and fast[1] == general[1]
     assert [id(o) for o in fast[2]] == [id(o) for o in general[2]]
+
+
+@needs_cc
+def test_launch_without_a_current_context_makes_it_current_and_retries(recording_driver, monkeypatch):
+    import pybridge.cuda.kernel as kmod
+    from pybridge.cuda.errors import CudaError
+
+    calls, rc = recording_driver
+    k = kmod.Kernel(_Function(), SAXPY, module=_Module())
+    args = (2.0, FakeCAI(16, 4), FakeCAI(32, 4), FakeCAI(48, 4), 4)
+    k(*args, grid=1, block=32)  # first launch: chooses the direct path
+    made_current = []
+
+    def ensure(device=0):  # what pushing the primary context does for the driver
+        made_current.append(device)
+        rc[0] = 0
+
+    monkeypatch.setattr(kmod, "ensure_context", ensure)
+    rc[0] = 201  # CUDA_ERROR_INVALID_CONTEXT: nothing current on this thread
+    k(*args, grid=1, block=32)
+    assert made_current == [0] and len(calls) == 3 and calls[-1][5] == calls[-2][5]
+    monkeypatch.setattr(kmod, "ensure_context", lambda device=0: None)
+    rc[0] = 201  # still no context after ensure_context(): the driver's error, raised
+    with pytest.raises(CudaError) as info:
+        k(*args, grid=1, block=32)
+    assert info.value.code == 201

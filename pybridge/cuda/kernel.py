@@ -597,6 +597,10 @@ def _prepared_launch(function: Any) -> Callable[..., Any]:
 
 _configs: dict[tuple[Any, ...], LaunchConfig] = {}
 
+# cuLaunchKernel's answers when the calling thread has no usable context current (not initialised,
+# invalid context, a function handle of another context): retry once after ensure_context().
+_NO_CONTEXT_CODES = frozenset({3, 201, 400})
+
 
 def _config_for(grid: Dim3, block: Dim3, shared_mem: int) -> LaunchConfig:
     """LaunchConfig(grid, block, shared_mem), shared for plain int / tuple-of-int arguments (a
@@ -667,18 +671,26 @@ class Kernel:
             self.launch(config, args, stream=stream)
             return
         # The direct path of launch(), inlined: this is the per-call cost of every checked launch.
-        ensure_context()
+        # The primary context is made current only when needed: before ordering after producer
+        # streams, and when the driver says no usable context is current (a new thread, or another
+        # context pushed), in which case the launch is retried once after ensure_context().
         plan = self._plan
         fast = plan.fast
         got = fast(args) if fast is not None else None
         values, producers, ours, keep = got if got is not None else plan.bind(args)
         s = DEFAULT_STREAM if stream is None else as_stream(stream)
         if producers:
+            ensure_context()
             order_before(s.cai_stream, producers, self.name)
         launch_c, function, pack, size = direct  # type: ignore[misc]
-        rc = launch_c(function, *config.launch_args, s._handle, pack(*values), size)
+        packed = pack(*values)
+        rc = launch_c(function, *config.launch_args, s._handle, packed, size)
         if rc:
-            self._raise_launch(rc, config)
+            if rc in _NO_CONTEXT_CODES:
+                ensure_context()
+                rc = launch_c(function, *config.launch_args, s._handle, packed, size)
+            if rc:
+                self._raise_launch(rc, config)
         for arr in ours:
             arr._pending = s
         del keep  # imported producers stayed alive until the launch was queued
