@@ -590,7 +590,7 @@ def _pointer_device(ptr: int) -> int:
     return int(value.value) if rc == 0 else 0  # 9: CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 
 
-def _futhark_export(handle: Any) -> tuple[int, tuple[int, ...], str, int]:
+def _futhark_export(handle: Any, dlpack: bool = False) -> tuple[int, tuple[int, ...], str, int]:
     """(pointer, shape, typestr, device) of a cuda-backend array handle whose data is ready.
 
     The first export of a value syncs its Futhark context: Futhark runs on a context and stream of
@@ -599,16 +599,25 @@ def _futhark_export(handle: Any) -> tuple[int, tuple[int, ...], str, int]:
     so after that one sync the data, pointer and shape stay as they are while the handle lives:
     later exports check only that the handle is still valid.
     """
-    if handle.library.backend != "cuda":
-        raise AttributeError(f"__cuda_array_interface__ needs the cuda backend, not {handle.library.backend}")
-    handle.ptr  # InvalidHandleError once freed, consumed or closed  # noqa: B018
     key = id(handle)
     entry = _futhark_exports.get(key)
-    if entry is not None and entry[0]() is handle:
-        return entry[1]
+    if entry is not None and entry[0]() is handle:  # exported before
+        state = entry[1]
+        if state[3] < 0 and not dlpack:
+            raise AttributeError(f"__cuda_array_interface__ needs the cuda backend, not {handle.library.backend}")
+        if handle._status is not None or handle._ctx.closed:
+            handle.ptr  # raises InvalidHandleError: freed, consumed or closed  # noqa: B018
+        return state
+    backend = handle.library.backend
+    if backend != "cuda" and not (dlpack and backend in _HOST_BACKENDS):
+        what = "DLPack export needs the cuda, c or multicore backend" if dlpack else \
+            "__cuda_array_interface__ needs the cuda backend"
+        raise AttributeError(f"{what}, not {backend}")
+    handle.ptr  # InvalidHandleError once freed, consumed or closed  # noqa: B018
     ptr = handle.data_pointer()
     handle._ctx.sync()
-    state = (ptr, handle.shape, handle.dtype.str, _pointer_device(ptr) if ptr else 0)
+    device = (_pointer_device(ptr) if ptr else 0) if backend == "cuda" else -1  # -1: host memory
+    state = (ptr, handle.shape, handle.dtype.str, device)
     _futhark_exports[key] = (weakref.ref(handle, lambda _r, k=key: _futhark_exports.pop(k, None)), state)
     return state
 
@@ -619,13 +628,21 @@ def futhark_cai(handle: Any) -> dict[str, Any]:
     return {"shape": shape, "typestr": typestr, "data": (ptr, False), "strides": None, "version": 3, "stream": None}
 
 
+# Futhark backends whose arrays live in host memory (DLPack device kDLCPU).
+_HOST_BACKENDS = frozenset({"c", "multicore", "ispc"})
+
+
 def futhark_dlpack_device(handle: Any) -> tuple[int, int]:
-    return (KDLCUDA, _futhark_export(handle)[3])
+    device = _futhark_export(handle, dlpack=True)[3]
+    return (KDLCPU, 0) if device < 0 else (KDLCUDA, device)
 
 
 def futhark_dlpack(handle: Any, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: Any = None) -> Any:
-    """``ArrayHandle.__dlpack__``: a capsule over Futhark's memory that keeps the handle alive.
+    """``ArrayHandle.__dlpack__``: a capsule over Futhark's memory that keeps the handle alive
+    (device memory on cuda; host memory on the c / multicore backends, so ``np.from_dlpack(h)`` is
+    a zero-copy view there). Freeing the handle explicitly while a consumer still uses the memory
+    is the caller's error, as for the CAI.
 
     The data is complete before the capsule exists (same sync as the CAI), so the consumer's
     ``stream`` needs no ordering; it is checked only for the value DLPack forbids (0)."""
@@ -633,11 +650,12 @@ def futhark_dlpack(handle: Any, *, stream: Any = None, max_version: Any = None, 
         raise BufferError("Futhark handles export without a copy (copy=True was asked)")
     if stream == 0:
         raise ValueError("DLPack stream 0 is ambiguous; use 1 (legacy) or 2 (per-thread default)")
-    ptr, shape, typestr, device = _futhark_export(handle)
-    if dl_device is not None and tuple(dl_device) != (KDLCUDA, device):
-        raise BufferError(f"this Futhark array lives on {(KDLCUDA, device)}, not {tuple(dl_device)}")
+    ptr, shape, typestr, device = _futhark_export(handle, dlpack=True)
+    where = (KDLCPU, 0) if device < 0 else (KDLCUDA, device)
+    if dl_device is not None and tuple(dl_device) != where:
+        raise BufferError(f"this Futhark array lives on {where}, not {tuple(dl_device)}")
     versioned = max_version is not None and tuple(max_version) >= (1, 0)
-    return export_dlpack(ptr, shape, np.dtype(typestr), device_type=KDLCUDA, device_id=device, owner=handle,
+    return export_dlpack(ptr, shape, np.dtype(typestr), device_type=where[0], device_id=where[1], owner=handle,
                          versioned=versioned)
 
 

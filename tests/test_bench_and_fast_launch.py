@@ -295,3 +295,80 @@ def test_launch_without_a_current_context_makes_it_current_and_retries(recording
     with pytest.raises(CudaError) as info:
         k(*args, grid=1, block=32)
     assert info.value.code == 201
+
+
+# ------------------------------------------------------------------ Futhark handle export
+
+
+@pytest.fixture
+def pretend_cuda_library():
+    """A real Futhark library (c backend) whose handles take the cuda export path: values_raw
+    gives a host pointer here, which is all the export code reads (no consumer runs)."""
+    import pybridge.futhark as pf
+    from pybridge.paths import find_build_file
+
+    so = find_build_file("reference/c/libprobe.so") or find_build_file("fixtures/c/libprobe.so")
+    if so is None:
+        pytest.skip("no c probe library built (make)")
+    lib = pf.load(so)
+    lib.backend = "cuda"
+    syncs = []
+    real_sync = lib.context.sync
+    lib.context.sync = lambda: (syncs.append(1), real_sync())[1]
+    yield lib, syncs
+    lib.backend = "c"
+    lib.close()
+
+
+def test_futhark_export_syncs_once_and_checks_validity_every_time(pretend_cuda_library):
+    import gc
+
+    from pybridge import interop
+    from pybridge.futhark import InvalidHandleError
+
+    lib, syncs = pretend_cuda_library
+    x = np.arange(7, dtype=np.float32)
+    h = lib.types["[]f32"].new(x)
+    first = h.__cuda_array_interface__
+    assert first == {"shape": (7,), "typestr": "<f4", "data": (h.data_pointer(), False), "strides": None,
+                     "version": 3, "stream": None}
+    assert len(syncs) == 1
+    first["shape"] = (99,)  # a consumer scribbling on its copy changes nothing for the next one
+    assert h.__cuda_array_interface__["shape"] == (7,) and len(syncs) == 1
+    info, owner = interop.import_dlpack(h.__dlpack__(stream=1), producer=h)
+    assert (info.ptr, info.shape, info.dtype, info.device_type) == (h.data_pointer(), (7,), np.float32, interop.KDLCUDA)
+    owner.release()
+    assert h.__dlpack_device__() == (interop.KDLCUDA, 0)
+    with pytest.raises(BufferError):
+        h.__dlpack__(copy=True)
+    with pytest.raises(ValueError):
+        h.__dlpack__(stream=0)
+    g = lib.saxpy(2.0, h, h)  # another value: its own first export syncs again
+    assert g.__cuda_array_interface__["data"][0] == g.data_pointer() and len(syncs) == 2
+    h.free()
+    with pytest.raises(InvalidHandleError):
+        h.__cuda_array_interface__
+    with pytest.raises(InvalidHandleError):
+        h.__dlpack__()
+    before = len(interop._futhark_exports)
+    del g
+    gc.collect()
+    assert len(interop._futhark_exports) == before - 1  # entries go with their handles
+
+
+def test_futhark_export_is_absent_off_cuda():
+    import pybridge.futhark as pf
+    from pybridge.paths import find_build_file
+
+    so = find_build_file("reference/c/libprobe.so") or find_build_file("fixtures/c/libprobe.so")
+    if so is None:
+        pytest.skip("no c probe library built (make)")
+    with pf.load(so) as lib:
+        h = lib.types["[]f32"].new(np.ones(3, np.float32))
+        assert not hasattr(h, "__cuda_array_interface__")
+        view = np.from_dlpack(h)  # host memory on the c backend: a zero-copy NumPy view
+        np.testing.assert_array_equal(view, np.ones(3, np.float32))
+        assert view.ctypes.data == h.data_pointer() and h.__dlpack_device__() == (1, 0)
+        del view
+        h.free()
+        assert not hasattr(h, "__cuda_array_interface__")  # AttributeError first, not InvalidHandleError
