@@ -97,6 +97,13 @@ def test_direct_launch_passes_what_pycuda_would(recording_driver):
         assert buf == struct.pack("@fPPPq", np.float32(a), *ptrs, n)  # PyCUDA's 'fPPPq', native alignment
         assert params is None and markers == (1, 2, None)  # BUFFER_POINTER, BUFFER_SIZE, END
     assert k.launch_path.startswith("direct")
+    from pybridge.cuda.launch import LaunchConfig, launch
+
+    launch(None, LaunchConfig(grid=5, block=64), k, 1.0, *(FakeCAI(p, 3) for p in (16, 32, 48)), 3)
+    f, grid, block, shared, s, buf, params, markers = calls[-1]
+    assert (grid, block, shared, s, buf) == ((5, 1, 1), (64, 1, 1), 0, 0, struct.pack("@fPPPq", 1.0, 16, 32, 48, 3))
+    with pytest.raises(ValueError, match="parameter out"):
+        launch(None, LaunchConfig(grid=5, block=64), k, 1.0, FakeCAI(16, 3), FakeCAI(32, 3), FakeCAI(48, 4), 3)
 
 
 @needs_cc
@@ -213,7 +220,10 @@ def _device_array(ptr: int, n: int, dtype=np.float32, readonly: bool = False, st
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+_F32_EDGE = [3.4028234663852886e38, 3.4028235677973366e38, 3.4028235677973362e38, 3.402823567797337e38,
+             -3.4028235677973366e38, float("inf"), float("nan"), 1e-46, -0.0]
 _scalar = st.one_of(st.floats(allow_nan=False, width=64), st.floats(min_value=-1e39, max_value=1e39),
+                    st.sampled_from(_F32_EDGE),
                     st.integers(-2**70, 2**70), st.booleans(), st.just(None), st.just(np.float32(1.5)))
 _size = st.integers(-3, 40)
 
@@ -267,7 +277,9 @@ def test_fast_bind_agrees_with_the_general_check(a, x, y, out, n):
     if fast is None:
         return
     assert general is not None, f"fast path accepted what the general check rejects: {args}"
-    assert fast[0] == general[0] and fast[1] == general[1]
+    # the same bytes for the kernel (floats may stay unrounded: packing rounds them the same way)
+    assert struct.pack("@fPPPq", *fast[0]) == struct.pack("@fPPPq", *general[0]) and fast[1] == general[1]
+    assert np.float32(fast[0][0]) == np.float32(general[0][0])  # and the same for a C float (cffi)
     assert [id(o) for o in fast[2]] == [id(o) for o in general[2]]
 
 

@@ -85,10 +85,12 @@ uintptr_t pb_get_launch_fn(void);
 int pb_launch(uintptr_t f, unsigned int gx, unsigned int gy, unsigned int gz,
               unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared_mem,
               uintptr_t stream, const char* args, size_t size);
+int pb_launch_cfg(uintptr_t f, const char* config, uintptr_t stream, const char* args, size_t size);
 """
 
 _LAUNCH_SOURCE = r"""
 #include <stddef.h>
+#include <string.h>
 #include <stdint.h>
 /* cuLaunchKernel's prototype with opaque handles: CUfunction and CUstream are pointers. */
 typedef int (*pb_launch_kernel_t)(void*, unsigned int, unsigned int, unsigned int, unsigned int,
@@ -107,6 +109,14 @@ int pb_launch(uintptr_t f, unsigned int gx, unsigned int gy, unsigned int gz,
        driver copies the buffer during the call, so a stack array is enough. */
     void* extra[5] = {(void*)1, (void*)args, (void*)2, (void*)&sz, (void*)0};
     return pb_cu_launch_kernel((void*)f, gx, gy, gz, bx, by, bz, shared_mem, (void*)stream, 0, extra);
+}
+
+/* The same with grid, block and shared memory as 7 native unsigned ints in one buffer (packed once
+   per launch configuration): five arguments for cffi to convert instead of eleven. */
+int pb_launch_cfg(uintptr_t f, const char* config, uintptr_t stream, const char* args, size_t size) {
+    unsigned int c[7];
+    memcpy(c, config, sizeof c);
+    return pb_launch(f, c[0], c[1], c[2], c[3], c[4], c[5], c[6], stream, args, size);
 }
 """
 

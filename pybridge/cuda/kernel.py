@@ -204,6 +204,9 @@ def _check_pointer(plan: _Plan, p: Param, a: Any, expected: int | None, values: 
 # ------------------------------------------------------------------ the per-declaration check plan
 
 _F32 = struct.Struct("=f")
+# Doubles at or beyond this magnitude round to inf in float32: 2**128 - 2**103, halfway between
+# FLT_MAX and 2**128 (ties to even go up).
+_F32_OVERFLOW = float(2**128 - 2**103)
 
 
 def _scalar_converter(kernel: str, p: Param) -> Callable[[Any], Any]:
@@ -329,33 +332,37 @@ def _compile_fast_bind(signature: KernelSignature) -> Callable[[Sequence[Any]], 
         elif kind == "b":
             body += [f"    if type(a{i}) is not bool:", "        return None"]
         elif p.dtype == np.float32:
-            body += [f"    if type(a{i}) is not float:", "        return None",
-                     "    try:", f"        a{i} = _f32u(_f32(a{i}))[0]", "    except _OverflowError:", "        return None"]
+            # Finite and below the float32 overflow threshold (FLT_MAX + half an ulp, exact in a
+            # double): converting to float32 (struct 'f', a C cast) rounds to nearest and cannot
+            # give inf. NaN, inf and anything else take the general path.
+            body += [f"    if type(a{i}) is not float or not (-{_F32_OVERFLOW!r} < a{i} < {_F32_OVERFLOW!r}):",
+                     "        return None"]
         elif p.dtype == np.float64:
             body += [f"    if type(a{i}) is not float:", "        return None"]
         else:
             return None  # float16: the general path
     sized = [p for p in params if p.is_pointer and p.size is not None]
+    size_var: dict[str, str] = {}  # each distinct size expression computed and checked once
     if sized:
-        exprs = []
         for p in sized:
             expr = p.size_expr
             if expr is None or not expr.names <= index.keys():
                 return None
-            exprs.append(expr.python_source({name: f"a{i}" for name, i in index.items()}))
-        body += ["    try:"] + [f"        e{j} = {src}" for j, src in enumerate(exprs)]
+            src = expr.python_source({name: f"a{i}" for name, i in index.items()})
+            size_var.setdefault(src, f"e{len(size_var)}")
+        body += ["    try:"] + [f"        {var} = {src}" for src, var in size_var.items()]
         body += ["    except _ZeroDivisionError:", "        return None"]
-        body += [f"    if e{j} < 0:\n        return None" for j in range(len(exprs))]
+        body += [f"    if {var} < 0:\n        return None" for var in size_var.values()]
     body += ["    streams = []", "    ours = []", "    keep = []"]
-    slot = 0
     for i, p in enumerate(params):
         if not p.is_pointer:
             continue
         env[f"_DT{i}"] = p.dtype
         expected = None
         if p.size is not None:
-            expected = f"e{slot}"
-            slot += 1
+            expr = p.size_expr
+            assert expr is not None
+            expected = size_var[expr.python_source({name: f"a{i}" for name, i in index.items()})]
         writes = not p.is_const
         cond = ["m is None", f"m[3] is not _DT{i}"]  # see DeviceArray._launch_meta
         if writes:
@@ -666,29 +673,38 @@ class Kernel:
                 config = self.default_config
             else:
                 config = _config_for(grid, block, shared_mem)
+        self._checked_launch(config, args, stream)
+
+    def _checked_launch(self, config: LaunchConfig, args: Sequence[Any], stream: Any) -> None:
+        """:meth:`launch` with the direct path inlined: the per-call cost of every checked launch
+        (``k(...)`` and :func:`~pybridge.cuda.launch.launch`).
+
+        The primary context is made current only when needed: before ordering after producer
+        streams, and when the driver says no usable context is current (a new thread, or another
+        context pushed), in which case the launch is retried once after ensure_context()."""
         direct = self._direct
         if not direct:  # first launch (chooses the path) or the PyCUDA path
             self.launch(config, args, stream=stream)
             return
-        # The direct path of launch(), inlined: this is the per-call cost of every checked launch.
-        # The primary context is made current only when needed: before ordering after producer
-        # streams, and when the driver says no usable context is current (a new thread, or another
-        # context pushed), in which case the launch is retried once after ensure_context().
         plan = self._plan
         fast = plan.fast
         got = fast(args) if fast is not None else None
         values, producers, ours, keep = got if got is not None else plan.bind(args)
         s = DEFAULT_STREAM if stream is None else as_stream(stream)
         if producers:
-            ensure_context()
-            order_before(s.cai_stream, producers, self.name)
+            target = s._handle or 1  # s.cai_stream
+            for ps in producers:
+                if ps != target:  # work pending on another stream (not just on this one)
+                    ensure_context()
+                    order_before(target, producers, self.name)
+                    break
         launch_c, function, pack, size = direct  # type: ignore[misc]
         packed = pack(*values)
-        rc = launch_c(function, *config.launch_args, s._handle, packed, size)
+        rc = launch_c(function, config.launch_bytes, s._handle, packed, size)
         if rc:
             if rc in _NO_CONTEXT_CODES:
                 ensure_context()
-                rc = launch_c(function, *config.launch_args, s._handle, packed, size)
+                rc = launch_c(function, config.launch_bytes, s._handle, packed, size)
             if rc:
                 self._raise_launch(rc, config)
         for arr in ours:
@@ -711,7 +727,7 @@ class Kernel:
 
                     shim = launch_shim()
                     packer = struct.Struct("@" + self.arg_format)
-                    direct = (shim.pb_launch, self.module.raw_function(self.name), packer.pack, packer.size)
+                    direct = (shim.pb_launch_cfg, self.module.raw_function(self.name), packer.pack, packer.size)
                     self.launch_path = "direct cuLaunchKernel (cffi API-mode shim)"
                 except (ImportError, OSError, CudaError) as e:
                     self.launch_path = f"PyCUDA (direct path unavailable: {e})"
@@ -738,7 +754,7 @@ class Kernel:
             launch_c, function, pack, size = direct  # type: ignore[misc]
             if producers:
                 order_before(s.cai_stream, producers, self.name)
-            rc = launch_c(function, *config.launch_args, s._handle, pack(*values), size)
+            rc = launch_c(function, config.launch_bytes, s._handle, pack(*values), size)
             if rc:
                 self._raise_launch(rc, config)
             for arr in ours:
@@ -826,9 +842,8 @@ class PreparedLaunch:
         if direct:
             order_before(s.cai_stream, bound.producer_streams, kernel.name)
             launch_c, function, pack, size = direct  # type: ignore[misc]
-            g, b = config.grid, config.block
-            self.raw = functools.partial(launch_c, function, g[0], g[1], g[2], b[0], b[1], b[2],
-                                         config.shared_mem, s._handle, pack(*bound.values), size)
+            self.raw = functools.partial(launch_c, function, config.launch_bytes, s._handle, pack(*bound.values),
+                                         size)
         else:
             self.raw = None
         for arr in self._ours:
