@@ -32,6 +32,7 @@ SAXPY = "saxpy(float a, const float* x[n], const float* y[n], float* out[n], int
 FUT_DEFAULT, FUT_FFI, FUT_CFFI_ABI, FUT_CFFI_API, FUT_C = (
     "pybridge (default mode)", "futhark-ffi", "bare cffi (ABI)", "bare cffi (API)", "C loop")
 K_CHECKED, K_PREPARED, K_PREPARED_RAW = "pybridge Kernel (checked)", "pybridge Kernel.prepare()", "pybridge prepared .raw()"
+K_LAUNCH = "pybridge cuda.launch(s, cfg, k, ...) (checked)"
 L_CHECKED, L_PREPARED = "cffi launcher (checked)", "cffi launcher .prepare()"
 CUPY_RAW, PYCUDA_PREPARED = "CuPy RawKernel", "PyCUDA prepared_async_call"
 C_LAUNCH, C_LAUNCHER, GRAPH = "C loop cuLaunchKernel", "C loop launch_saxpy", "CUDA graph replay (per kernel)"
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         if gpu:
             rows += cuda_rows(args.n, calls, repeat)
         else:
-            for impl in (K_CHECKED, K_PREPARED, L_CHECKED, L_PREPARED, PYCUDA_PREPARED, CUPY_RAW, C_LAUNCH,
+            for impl in (K_CHECKED, K_LAUNCH, K_PREPARED, L_CHECKED, L_PREPARED, PYCUDA_PREPARED, CUPY_RAW, C_LAUNCH,
                          C_LAUNCHER, GRAPH):
                 rows.append(skipped("cuda-launch", impl, why, args.n))
         bar.step("cuda")
@@ -196,6 +197,10 @@ def cuda_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
         sync = cuda_sync()
         rows.append(row(b, K_CHECKED, n, measure(lambda: k(2.0, x, y, out, n, grid=grid, block=256), sync,
                                                  calls=calls, repeat=repeat), note=k.launch_path))
+        cfg = cuda.LaunchConfig(grid=grid, block=256)
+        launch = cuda.launch
+        rows.append(row(b, K_LAUNCH, n, measure(lambda: launch(None, cfg, k, 2.0, x, y, out, n), sync,
+                                                calls=calls, repeat=repeat), note="positional: no keyword binding"))
         p = k.prepare(2.0, x, y, out, n, grid=grid, block=256)
         rows.append(row(b, K_PREPARED, n, measure(p, sync, calls=calls, repeat=repeat)))
         if p.raw is not None:
@@ -224,7 +229,7 @@ def cuda_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
         else:
             rows.append(skipped(b, CUPY_RAW, cwhy or "no saxpy.cubin", n))
     else:
-        for impl in (K_CHECKED, K_PREPARED, L_CHECKED, L_PREPARED, PYCUDA_PREPARED, CUPY_RAW):
+        for impl in (K_CHECKED, K_LAUNCH, K_PREPARED, L_CHECKED, L_PREPARED, PYCUDA_PREPARED, CUPY_RAW):
             rows.append(skipped(b, impl, why, n))
     try:
         if cubin is None:

@@ -101,7 +101,11 @@ class Launcher:
         values, producers, ours, keep = got if got is not None else plan.bind(args)
         s = DEFAULT_STREAM if stream is None else as_stream(stream)
         if producers:
-            order_before(s.cai_stream, producers, self.signature.name)
+            target = s._handle or 1  # s.cai_stream
+            for ps in producers:
+                if ps != target:  # work pending on another stream (not just on this one)
+                    order_before(target, producers, self.signature.name)
+                    break
         rc = self._cfunc(*values, s._handle)
         if rc:
             self._raise(rc)
