@@ -179,8 +179,8 @@ def cai_info(obj: Any, cai: Mapping[str, Any] | None = None) -> ArrayInfo | None
 
 def plain_cai(obj: Any, typestr: str) -> tuple[int, bool, tuple[int, ...], int, int | None] | None:
     """(pointer, readonly, shape, element count, producer stream) of a CAI producer in the plain,
-    common form: a v3 dict of exact ints with ``typestr``, no strides (C order), no mask, a valid
-    stream. None for anything else, which :func:`cai_info` then reads (and explains when wrong):
+    common form: a v3 (or v2, stream None) dict of exact ints with ``typestr``, no strides (C
+    order), no mask, a valid stream. None for anything else, which :func:`cai_info` then reads (and explains when wrong):
     the hot paths (kernel launches, ``from_cuda``) take this shortcut, with the same outcome."""
     try:
         cai = obj.__cuda_array_interface__
@@ -194,9 +194,16 @@ def plain_cai_of(cai: Any, typestr: str) -> tuple[int, bool, tuple[int, ...], in
     if type(cai) is not dict:
         return None
     get = cai.get
-    if get("typestr") != typestr or get("version") != 3 or get("strides") is not None or get("mask") is not None:
+    version = get("version")
+    if get("typestr") != typestr or get("strides") is not None or get("mask") is not None:
         return None
-    shape, data, stream = get("shape"), get("data"), get("stream")
+    if version == 3:
+        stream = get("stream")
+    elif version == 2:  # PyTorch's: no stream field, the producer has synchronised (as cai_info)
+        stream = None
+    else:
+        return None
+    shape, data = get("shape"), get("data")
     if type(shape) is not tuple or type(data) is not tuple or len(data) != 2:
         return None
     ptr, readonly = data
@@ -663,15 +670,17 @@ def futhark_view_of(obj: Any, dtype: np.dtype, rank: int) -> tuple[int, tuple[in
     """(pointer, shape, plain) for ``ArrayType.from_cuda``: a C-contiguous CAI array of ``dtype``,
     whose producer stream has finished (Futhark reads it from its own context and stream). ``plain``:
     the shape has ``rank`` non-negative exact ints (the :func:`plain_cai` form)."""
-    fast = plain_cai(obj, dtype.str)
+    try:
+        cai = obj.__cuda_array_interface__  # read once: some producers (PyTorch) build it in Python
+    except AttributeError:
+        raise TypeError(f"from_cuda: {type(obj).__name__} has no __cuda_array_interface__") from None
+    fast = plain_cai_of(cai, dtype.str)
     if fast is not None and len(fast[2]) == rank:
         stream = fast[4]
         if stream is not None:
             stream_synchronize(stream)
         return fast[0], fast[2], True
-    info = cai_info(obj)
-    if info is None:
-        raise TypeError(f"from_cuda: {type(obj).__name__} has no __cuda_array_interface__")
+    info = cai_info(obj, cai)
     if info.dtype != dtype:
         raise TypeError(f"from_cuda: expected dtype {dtype}, got {info.dtype}")
     if not info.c_contiguous:

@@ -231,7 +231,7 @@ _size = st.integers(-3, 40)
 @st.composite
 def _pointer(draw):
     kind = draw(st.sampled_from(["ours", "ours-f64", "ours-ro", "ours-strided", "ours-null", "cai", "cai-ro",
-                                 "cai-stream", "numpy", "int"]))
+                                 "cai-stream", "cai-v2", "cai-f64", "numpy", "int"]))
     n = draw(st.integers(0, 40))
     ptr = draw(st.integers(1, 2**40)) * 256
     if kind == "ours":
@@ -252,6 +252,13 @@ def _pointer(draw):
         return c
     if kind == "cai-stream":
         return FakeCAI(ptr, n, stream=draw(st.sampled_from([1, 2, 0x5000])))
+    if kind == "cai-v2":  # PyTorch's form: version 2, no stream field
+        c = FakeCAI(ptr, n)
+        c.__cuda_array_interface__.update(version=2)
+        del c.__cuda_array_interface__["stream"]
+        return c
+    if kind == "cai-f64":
+        return FakeCAI(ptr, n, typestr="<f8")
     if kind == "numpy":
         return np.ones(n, np.float32)
     return ptr
@@ -384,3 +391,30 @@ def test_futhark_export_is_absent_off_cuda():
         del view
         h.free()
         assert not hasattr(h, "__cuda_array_interface__")  # AttributeError first, not InvalidHandleError
+
+
+class CountingCAI:
+    """A v2 producer (PyTorch's form) over host memory that counts reads of its interface."""
+
+    def __init__(self, host: np.ndarray) -> None:
+        self.host, self.reads = host, 0
+
+    @property
+    def __cuda_array_interface__(self):
+        self.reads += 1
+        return {"typestr": "<f4", "shape": self.host.shape, "strides": None,
+                "data": (self.host.ctypes.data, False), "version": 2}
+
+
+def test_from_cuda_reads_the_interface_once(pretend_cuda_library):
+    lib, _ = pretend_cuda_library
+    t = lib.types["[]f32"]
+    producer = CountingCAI(np.arange(5, dtype=np.float32))
+    h = t.from_cuda(producer)
+    assert producer.reads == 1
+    np.testing.assert_array_equal(h.numpy(), np.arange(5, dtype=np.float32))
+    h.free()
+    with pytest.raises(TypeError, match="dtype"):
+        t.from_cuda(FakeCAI(16, 3, typestr="<f8"))
+    with pytest.raises(TypeError, match="no __cuda_array_interface__"):
+        t.from_cuda(np.ones(3, np.float32))
