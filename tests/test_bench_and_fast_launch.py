@@ -203,6 +203,16 @@ def test_bench_all_quick_json_and_markdown(tmp_path):
     text = md.read_text()
     assert "my note 42" in text and "old\n" not in text
     assert "## Targets (issues 13 and 14)" in text and "≤ CuPy RawKernel" in text
+    # `report` redraws from the JSON alone, keeping the notes; a file that is no bench output is refused
+    md.write_text(text.replace("my note 42", "my note 43"))
+    proc = _bench("report", str(out), "--markdown", str(md), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = md.read_text()
+    assert "my note 43" in again and again.count("| 13 |") == text.count("| 13 |")
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    proc = _bench("report", str(bad), cwd=tmp_path)
+    assert proc.returncode == 2 and "not a `pybridge bench --json` file" in proc.stderr
 
 
 # ------------------------------------------------------------------ the generated fast bind

@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("all", help="every subcommand above, in turn (each with its default options)")
     common(a)
     a.set_defaults(modules=list(SUBCOMMANDS))
+    r = sub.add_parser("report", help="table / PNG / BENCHMARKS.md from earlier --json files (runs nothing)")
+    r.add_argument("inputs", nargs="+", metavar="JSON", help="files written by --json (rows are merged in order)")
+    common(r)
+    r.set_defaults(modules=[])
     return p
 
 
@@ -62,6 +66,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     rows: list[dict[str, Any]] = []
     failed = 0
+    meta = None
+    if ns.subcommand == "report":
+        try:
+            rows, meta = report.read_json(ns.inputs)
+        except (OSError, ValueError) as e:
+            print(f"pybridge bench report: {e}", file=sys.stderr)
+            return 2
     for name in ns.modules:
         mod, why = _module(name)
         if mod is None:
@@ -83,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             got = [{"benchmark": name, "impl": "all", "size": None, "median_us": None, "skipped": f"failed: {msg}"}]
         rows += got
     report.print_table(rows)
-    meta = report.machine_meta("pybridge bench " + " ".join(shlex.quote(a) for a in argv))
+    meta = meta or report.machine_meta("pybridge bench " + " ".join(shlex.quote(a) for a in argv))
     if ns.json:
         report.write_json(ns.json, rows, meta)
     png_problem = None

@@ -77,9 +77,8 @@ def write_png(path: str, rows: list[dict[str, Any]]) -> str | None:
     benches = list(dict.fromkeys(r["benchmark"] for r in timed))
     if not benches:
         return "no PNG: no timed rows"
-    fig, axes = plt.subplots(len(benches), 1, figsize=(9, 2.2 + 0.32 * max(
-        len([r for r in timed if r["benchmark"] == b]) for b in benches) * 1.0 * 1 or 3), squeeze=False)
-    fig.set_size_inches(9, sum(1.2 + 0.3 * len({r["impl"] for r in timed if r["benchmark"] == b}) for b in benches))
+    height = sum(1.2 + 0.3 * len({r["impl"] for r in timed if r["benchmark"] == b}) for b in benches)
+    fig, axes = plt.subplots(len(benches), 1, figsize=(9, height), squeeze=False)
     for ax, b in zip(axes[:, 0], benches):
         rs = [r for r in timed if r["benchmark"] == b]
         if b == "fusion":
@@ -94,6 +93,7 @@ def write_png(path: str, rows: list[dict[str, Any]]) -> str | None:
             ax.set_yticks(range(len(rs)), labels, fontsize=7)
             ax.invert_yaxis()
             ax.set(xlabel="median µs per call (log)", xscale="log", title=b)
+            ax.set_xlim(left=min(0.5, min(r["median_us"] for r in rs) / 2))  # bar lengths from a fixed base
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -234,6 +234,20 @@ def write_markdown(path: str, rows: list[dict[str, Any]], meta: dict[str, Any], 
         lines += ["## Figure", "", f"![benchmarks]({Path(png).name})", ""]
     lines += ["## Tables", "", *table_lines(rows, markdown=True)]
     p.write_text("\n".join(lines) + "\n")
+
+
+def read_json(paths: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows (and the first file's metadata) of earlier ``--json`` outputs, in order: for
+    ``pybridge bench report``, which redraws or merges runs without running anything."""
+    rows: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+            raise ValueError(f"{path}: not a `pybridge bench --json` file (no rows)")
+        rows += data["rows"]
+        meta = meta or dict(data.get("meta") or {})
+    return rows, meta
 
 
 def machine_meta(command: str) -> dict[str, Any]:
