@@ -71,6 +71,12 @@ def time_host(
 def time_per_call(fn: Callable[[], Any], sync: Callable[[], Any] | None = None, calls: int = 1000, warmup: int = 100, repeat: int = 5) -> Timing:
     """Median over ``repeat`` batches of the time per call of ``calls`` back-to-back calls, one sync
     per batch: per-call overhead without a sync's cost in every sample."""
+    return _summary(_batch_samples(fn, sync, calls, repeat, warmup))
+
+
+def _batch_samples(fn: Callable[[], Any], sync: Callable[[], Any] | None, calls: int, repeat: int,
+                   warmup: int) -> list[float]:
+    """Seconds per call of ``repeat`` batches of ``calls`` calls, one sync per batch, after warm-up."""
     for _ in range(warmup):
         fn()
     if sync:
@@ -83,7 +89,7 @@ def time_per_call(fn: Callable[[], Any], sync: Callable[[], Any] | None = None, 
         if sync:
             sync()
         samples.append((time.perf_counter() - t0) / calls)
-    return _summary(samples)
+    return samples
 
 
 def time_cuda_events(fn: Callable[[], Any], stream: Any = None, warmup: int = 3, repeat: int = 20) -> Timing:
@@ -124,19 +130,7 @@ def measure(fn: Callable[[], Any], sync: Callable[[], Any] | None = None, *, cal
     """Per-call time of ``fn`` over ``repeat`` batches of ``calls`` back-to-back calls, one
     ``sync()`` per batch inside the timed region (asynchronous work is counted, one sync's cost is
     spread over the batch). Warm-up: ``warmup`` calls (default calls // 10 + 3) and a sync."""
-    for _ in range(calls // 10 + 3 if warmup is None else warmup):
-        fn()
-    if sync:
-        sync()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        if sync:
-            sync()
-        samples.append((time.perf_counter() - t0) / calls)
-    return summarize(samples)
+    return summarize(_batch_samples(fn, sync, calls, repeat, calls // 10 + 3 if warmup is None else warmup))
 
 
 class Progress:

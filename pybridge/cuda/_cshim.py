@@ -28,18 +28,6 @@ _lock = threading.Lock()
 _failures: dict[str, str] = {}
 
 
-def _import_from(path: Path, name: str) -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import generated cffi module {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def compile_shim(tag: str, cdef: str, source: str, **set_source_kwargs: Any) -> tuple[Any, Any]:
     """(ffi, lib) of an API-mode extension built from ``source`` (cached by content hash).
 
@@ -48,6 +36,7 @@ def compile_shim(tag: str, cdef: str, source: str, **set_source_kwargs: Any) -> 
     """
     import cffi
 
+    from ..futhark.binding import _import_from
     from ..paths import cache_dir
 
     key = f"{tag}\0{cdef}\0{source}\0{sorted(set_source_kwargs.items())}\0{cffi.__version__}\0{sys.version}"

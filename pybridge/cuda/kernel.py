@@ -565,6 +565,19 @@ def order_before(target_cai_stream: int, producer_streams: Sequence[int], what: 
             _driver.stream_wait(target_cai_stream, ps, what=what)
 
 
+def order_after_producers(target: int, producers: Sequence[int], what: str,
+                          make_current: Callable[[], Any] | None = None) -> None:
+    """:func:`order_before` when some producer stream differs from ``target`` (a CAI stream
+    value), after ``make_current()``; nothing at all (no context call) when all of them are
+    ``target`` itself, the common case of arrays last written on the launch stream."""
+    for ps in producers:
+        if ps != target:
+            if make_current is not None:
+                make_current()
+            order_before(target, producers, what)
+            return
+
+
 def _direct_launch(function: Any) -> Callable[..., Any] | None:
     """``launch(grid, block, stream, values, shared_mem)`` through PyCUDA's ``_launch_kernel``, or
     None where that is not certain to be what ``prepared_async_call`` would do (not a PyCUDA
@@ -664,15 +677,18 @@ class Kernel:
         result: BoundArgs = self._plan.bind(args, full=True)
         return result
 
+    def _config(self, grid: Dim3 | None, block: Dim3 | None, shared_mem: int) -> LaunchConfig:
+        """The launch configuration of grid= / block= (or the kernel's default)."""
+        if grid is None or block is None:
+            if self.default_config is None:
+                raise LaunchError(f"kernel {self.name}: give grid= and block= (or config=)", kernel=self.name)
+            return self.default_config
+        return _config_for(grid, block, shared_mem)
+
     def __call__(self, *args: Any, grid: Dim3 | None = None, block: Dim3 | None = None,
                  shared_mem: int = 0, stream: Any = None, config: LaunchConfig | None = None) -> None:
         if config is None:
-            if grid is None or block is None:
-                if self.default_config is None:
-                    raise LaunchError(f"kernel {self.name}: give grid= and block= (or config=)", kernel=self.name)
-                config = self.default_config
-            else:
-                config = _config_for(grid, block, shared_mem)
+            config = self._config(grid, block, shared_mem)
         self._checked_launch(config, args, stream)
 
     def _checked_launch(self, config: LaunchConfig, args: Sequence[Any], stream: Any) -> None:
@@ -692,12 +708,7 @@ class Kernel:
         values, producers, ours, keep = got if got is not None else plan.bind(args)
         s = DEFAULT_STREAM if stream is None else as_stream(stream)
         if producers:
-            target = s._handle or 1  # s.cai_stream
-            for ps in producers:
-                if ps != target:  # work pending on another stream (not just on this one)
-                    ensure_context()
-                    order_before(target, producers, self.name)
-                    break
+            order_after_producers(s._handle or 1, producers, self.name, ensure_context)
         launch_c, function, pack, size = direct  # type: ignore[misc]
         packed = pack(*values)
         rc = launch_c(function, config.launch_bytes, s._handle, packed, size)
@@ -797,12 +808,7 @@ class Kernel:
                 stream: Any = None, config: LaunchConfig | None = None) -> PreparedLaunch:
         """Check ``args`` once and return a :class:`PreparedLaunch` that replays this launch."""
         if config is None:
-            if grid is None or block is None:
-                if self.default_config is None:
-                    raise LaunchError(f"kernel {self.name}: give grid= and block= (or config=)", kernel=self.name)
-                config = self.default_config
-            else:
-                config = _config_for(grid, block, shared_mem)
+            config = self._config(grid, block, shared_mem)
         return PreparedLaunch(self, config, args, stream)
 
     # Function attributes, handy when choosing a block size.

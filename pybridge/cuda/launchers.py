@@ -27,7 +27,7 @@ from typing import Any
 from .. import paths
 from .context import ensure_context
 from .errors import error_for_code
-from .kernel import order_before, plan_for
+from .kernel import order_after_producers, order_before, plan_for
 from .signature import KernelSignature, parse_signature
 from .streams import DEFAULT_STREAM, as_stream
 
@@ -101,11 +101,7 @@ class Launcher:
         values, producers, ours, keep = got if got is not None else plan.bind(args)
         s = DEFAULT_STREAM if stream is None else as_stream(stream)
         if producers:
-            target = s._handle or 1  # s.cai_stream
-            for ps in producers:
-                if ps != target:  # work pending on another stream (not just on this one)
-                    order_before(target, producers, self.signature.name)
-                    break
+            order_after_producers(s._handle or 1, producers, self.signature.name)
         rc = self._cfunc(*values, s._handle)
         if rc:
             self._raise(rc)
