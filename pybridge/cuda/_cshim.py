@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import os
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -54,8 +56,14 @@ def compile_shim(tag: str, cdef: str, source: str, **set_source_kwargs: Any) -> 
                     builder.cdef(cdef)
                     builder.set_source(name, source, **set_source_kwargs)
                     out.mkdir(parents=True, exist_ok=True)
-                    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                        found = [Path(builder.compile(tmpdir=str(out), verbose=False))]
+                    # Built in a private directory, then renamed into place: another process
+                    # building the same shim at the same time never sees a half-written file.
+                    with tempfile.TemporaryDirectory(dir=out, prefix=f".{name}-") as tmp, \
+                            contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                        built = Path(builder.compile(tmpdir=tmp, verbose=False))
+                        final = out / built.name
+                        os.replace(built, final)
+                    found = [final]
                 module = _import_from(found[0], name)
             except Exception as e:  # noqa: BLE001 - no compiler, no headers, link error: all mean "not here"
                 _failures[name] = f"cannot build the C shim {tag!r}: {type(e).__name__}: {e}"
