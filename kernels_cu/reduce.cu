@@ -1,8 +1,10 @@
 // Deterministic f32 sum in two passes, without float atomics:
 //
 //   sum_partial  a fixed grid of P blocks (P depends on n only, never on the device or timing);
-//                thread t of block b adds x[b*B + t], x[b*B + t + P*B], ... in that order, the
-//                block combines its threads with a fixed shuffle tree, writes partials[b];
+//                global thread t (of T = P*B) adds the 4-element chunks t, t + T, t + 2T, ... into
+//                four lane accumulators (16-byte loads when x is aligned: the layout and the order
+//                are the same either way), folds them, the block combines its threads with a fixed
+//                shuffle tree, writes partials[b];
 //   sum_final    one block adds partials[0..P) the same way and writes out[0].
 //
 // Same input and same n => same additions in the same order => the same bits, run after run.
@@ -14,6 +16,8 @@
 // Number of per-block partial sums the launcher uses for n elements (and so the scratch size).
 #define SUM_BLOCK 256
 #define SUM_MAX_PARTIALS 1024
+// Chunks of 4 floats each thread loads before adding them (16 * SUM_UNROLL bytes in flight).
+#define SUM_UNROLL 4
 
 // Sum over the block; the result is valid in thread 0. Uses 32 floats of shared memory.
 __device__ __forceinline__ float block_sum(float v) {
@@ -31,13 +35,44 @@ __device__ __forceinline__ float block_sum(float v) {
     return v;
 }
 
+// Elements 4c .. 4c+3 ("chunk" c) as a float4, zeros past n: one 16-byte load when x is aligned and
+// the chunk is whole, else four scalar loads. Either way the same values arrive in the same lanes,
+// so the order of the additions (and the result) does not depend on x's alignment.
+__device__ __forceinline__ float4 load_chunk(const float* __restrict__ x, int64_t c, int64_t n,
+                                             bool aligned) {
+    const int64_t i = 4 * c;
+    if (aligned && i + 3 < n) return __ldg(reinterpret_cast<const float4*>(x) + c);
+    return make_float4(i < n ? x[i] : 0.0f, i + 1 < n ? x[i + 1] : 0.0f, i + 2 < n ? x[i + 2] : 0.0f,
+                       i + 3 < n ? x[i + 3] : 0.0f);
+}
+
+// Thread t of the grid (T threads) adds chunks t, t + T, t + 2T, ... into four lane accumulators,
+// SUM_UNROLL chunks loaded before the first addition (bytes in flight), then folds the lanes
+// ((x + y) + (z + w)) and the block tree. Adding a zero past n changes nothing (x + 0 == x).
 extern "C" __global__ void sum_partial(const float* __restrict__ x, float* __restrict__ partials,
                                        int64_t n) {
-    float acc = 0.0f;
-    const int64_t stride = pb_grid_stride();
-    for (int64_t i = pb_global_index(); i < n; i += stride) acc = __fadd_rn(acc, x[i]);
-    acc = block_sum(acc);
-    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+    const bool aligned = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+    const int64_t chunks = (n + 3) / 4;
+    const int64_t threads = pb_grid_stride();
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int64_t c0 = pb_global_index(); c0 < chunks; c0 += SUM_UNROLL * threads) {
+        float4 v[SUM_UNROLL];
+#pragma unroll
+        for (int u = 0; u < SUM_UNROLL; ++u) {
+            const int64_t c = c0 + u * threads;
+            v[u] = c < chunks ? load_chunk(x, c, n, aligned) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < SUM_UNROLL; ++u) {
+            acc.x = __fadd_rn(acc.x, v[u].x);
+            acc.y = __fadd_rn(acc.y, v[u].y);
+            acc.z = __fadd_rn(acc.z, v[u].z);
+            acc.w = __fadd_rn(acc.w, v[u].w);
+        }
+    }
+    float t = __fadd_rn(__fadd_rn(acc.x, acc.y), __fadd_rn(acc.z, acc.w));
+    t = block_sum(t);
+    if (threadIdx.x == 0) partials[blockIdx.x] = t;
 }
 
 // Launch with exactly one block. num_partials == 0 writes 0 (the sum of nothing).

@@ -1,46 +1,132 @@
-// Inclusive prefix sum of f32 (out[i] = x[0] + ... + x[i]) for any n, in three kernels:
+// Inclusive prefix sum of f32 (out[i] = x[0] + ... + x[i]) for any n, in ONE pass over the data
+// (one read and one write of every element): the single-pass scan with decoupled look-back
+// (Merrill & Garland, "Single-pass Parallel Prefix Scan with Decoupled Look-back", 2016).
 //
-//   scan_blocks      grid of ceil(n / SCAN_TILE) blocks; block b scans its tile of SCAN_TILE
-//                    elements into out and writes the tile's total to block_sums[b];
-//   scan_block_sums  ONE block scans block_sums in place, chunk after chunk with a running carry,
-//                    so any number of tiles works (2^26 elements = 32768 tiles = 8 chunks);
-//   scan_add         block b (b >= 1) adds block_sums[b-1] to every element of tile b.
+//   * Each block takes the next tile of SCAN_TILE elements from a counter (dynamic tile ids, so a
+//     block only ever waits for tiles that blocks already running hold: no deadlock whatever the
+//     order the hardware starts blocks in).
+//   * It loads its tile (16-byte loads when x and out are aligned), scans it in shared memory and
+//     registers (each thread SCAN_ITEMS consecutive elements, then warp shuffles), and publishes
+//     the tile's total as an AGGREGATE in its status word.
+//   * Warp 0 looks back over the predecessors' status words, 32 at a time, adding aggregates until
+//     it meets an INCLUSIVE prefix; the tile then publishes its own inclusive prefix and writes its
+//     elements plus the exclusive prefix.
 //
-// Within a tile each thread scans SCAN_ITEMS consecutive elements sequentially, the per-thread
-// totals are scanned with warp shuffles, and the results are combined; the order of additions is
-// fixed, so results are deterministic. Each prefix goes through O(SCAN_ITEMS + log2(SCAN_BLOCK) +
-// number of chunks) roundings, well inside the bound |err_i| <= (i+1) * u * sum_{j<=i} |x_j|.
-// In place (x == out) works: a tile is read completely into shared memory before it is written.
-// All three kernels need blockDim.x == SCAN_BLOCK.
+// Status words are 64-bit (flag << 32 | float bits), written and read whole, so a flag is never
+// seen without its value. Scratch (launch_scan's `scratch`, scan_scratch_floats(n) floats, 8-byte
+// aligned): word 0 is the tile counter, words 1..tiles the status words; all must be ZERO before the
+// launch (launch_scan and catalog.cuda_scan clear them).
+//
+// Accuracy: prefix i is a sum of its i+1 terms by some addition tree, so
+// |err_i| <= i * u * sum_{j<=i} |x_j| (u = 2^-24). The tree depends on how far each look-back had to
+// go, i.e. on timing: results can differ in the last bits between runs (always within the bound).
+// In place (x == out) works: a tile is read completely before any of it is written.
+// Launch: gridDim.x = number of tiles, blockDim.x == SCAN_BLOCK.
 #include "common.cuh"
 
 #define SCAN_BLOCK 256
-#define SCAN_ITEMS 8
+#define SCAN_ITEMS 16
 #define SCAN_TILE (SCAN_BLOCK * SCAN_ITEMS)
-// One padding word every 32 avoids the 8-way bank conflicts of thread t reading words 8t..8t+7.
-#define SCAN_PAD(i) ((i) + ((i) >> 5))
+// 4 padding words after every 32: the float4 reads of thread t (words 16t .. 16t+15) and the
+// coalesced float4 writes both spread over the 32 banks; alignment to 16 bytes is kept.
+#define SCAN_PAD(i) ((i) + (((i) >> 5) << 2))
 #define SCAN_SHARED_WORDS SCAN_PAD(SCAN_TILE)
 
-// Inclusive scan of the SCAN_TILE floats in `tile` (padded layout), in place, plus `carry`.
-// Ends with __syncthreads(), so the caller may read any tile element afterwards.
-__device__ void scan_tile_inplace(float* tile, float carry) {
+#define SCAN_FLAG_AGGREGATE 1ull
+#define SCAN_FLAG_INCLUSIVE 2ull
+
+__device__ __forceinline__ void publish(unsigned long long* status, unsigned long long flag, float v) {
+    const unsigned long long word = (flag << 32) | __float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(status), "l"(word) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long peek(const unsigned long long* status) {
+    unsigned long long word;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word) : "l"(status) : "memory");
+    return word;
+}
+
+// Warp 0 only (all 32 lanes): the sum of all tiles before `tile`. Lane l looks at tile - 1 - l - 32w
+// in window w; the window's values are added lane 0 first (the nearest tile), so within a window the
+// order is fixed; how many windows and where the inclusive prefix is found depend on timing.
+__device__ float look_back(const unsigned long long* status, int64_t tile) {
+    const int lane = threadIdx.x & 31;
+    float prefix = 0.0f;
+    int64_t next = tile - 1;  // nearest predecessor not yet included
+    while (true) {
+        const int64_t t = next - lane;
+        unsigned long long word = 0;
+        unsigned long long flag = SCAN_FLAG_INCLUSIVE;  // lanes before tile 0 count as "found"
+        if (t >= 0) {
+            do {
+                word = peek(status + t);
+                flag = word >> 32;
+            } while (flag == 0);
+        }
+        // The nearest lane holding an inclusive prefix ends this look-back; lanes past it do not count.
+        const unsigned inclusive = __ballot_sync(PB_FULL_MASK, flag == SCAN_FLAG_INCLUSIVE);
+        const int stop = inclusive ? __ffs(inclusive) - 1 : 31;
+        float v = (lane <= stop && t >= 0) ? __uint_as_float(static_cast<unsigned>(word)) : 0.0f;
+        // Fixed-shape sum of the window, lanes 0..stop in ascending order of distance.
+        v = pb_warp_sum(v);
+        v = __shfl_sync(PB_FULL_MASK, v, 0);
+        prefix = __fadd_rn(prefix, v);
+        if (inclusive) return prefix;
+        next -= 32;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SCAN_BLOCK)
+scan_lookback(const float* x, float* out, int64_t n, unsigned long long* scratch) {
+    __shared__ __align__(16) float tile[SCAN_SHARED_WORDS];
     __shared__ float warp_totals[SCAN_BLOCK / 32];
+    __shared__ float tile_prefix;
+    __shared__ int64_t tile_id;
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
+    unsigned long long* status = scratch + 1;
 
-    // 1. Each thread scans its SCAN_ITEMS consecutive elements.
-    float vals[SCAN_ITEMS];
-    float run = 0.0f;
+    if (tid == 0) tile_id = static_cast<int64_t>(atomicAdd(scratch, 1ull));
+    __syncthreads();
+    const int64_t t = tile_id;
+    const int64_t base = t * SCAN_TILE;
+    const bool full = base + SCAN_TILE <= n;
+    const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
+
+    // 1. Load the tile (coalesced), zeros past n.
+    if (full && aligned) {
+        const float4* x4 = reinterpret_cast<const float4*>(x + base);
 #pragma unroll
-    for (int j = 0; j < SCAN_ITEMS; ++j) {
-        run = __fadd_rn(run, tile[SCAN_PAD(tid * SCAN_ITEMS + j)]);
-        vals[j] = run;
+        for (int j = 0; j < SCAN_ITEMS / 4; ++j) {
+            const int c = j * SCAN_BLOCK + tid;  // float4 chunk of the tile
+            *reinterpret_cast<float4*>(&tile[SCAN_PAD(4 * c)]) = x4[c];
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < SCAN_ITEMS; ++j) {
+            const int e = j * SCAN_BLOCK + tid;
+            tile[SCAN_PAD(e)] = (base + e < n) ? x[base + e] : 0.0f;
+        }
     }
+    __syncthreads();
 
-    // 2. Exclusive scan of the per-thread totals across the block.
-    const float incl = pb_warp_inclusive_scan(run);
-    float excl = __shfl_up_sync(PB_FULL_MASK, incl, 1);  // exclusive within the warp
+    // 2. Each thread scans its SCAN_ITEMS consecutive elements.
+    float vals[SCAN_ITEMS];
+#pragma unroll
+    for (int q = 0; q < SCAN_ITEMS / 4; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(&tile[SCAN_PAD(tid * SCAN_ITEMS + 4 * q)]);
+        vals[4 * q] = v.x;
+        vals[4 * q + 1] = v.y;
+        vals[4 * q + 2] = v.z;
+        vals[4 * q + 3] = v.w;
+    }
+#pragma unroll
+    for (int j = 1; j < SCAN_ITEMS; ++j) vals[j] = __fadd_rn(vals[j - 1], vals[j]);
+
+    // 3. Exclusive scan of the per-thread totals across the block; the tile total.
+    const float incl = pb_warp_inclusive_scan(vals[SCAN_ITEMS - 1]);
+    float excl = __shfl_up_sync(PB_FULL_MASK, incl, 1);
     if (lane == 0) excl = 0.0f;
     if (lane == 31) warp_totals[warp] = incl;
     __syncthreads();
@@ -48,94 +134,70 @@ __device__ void scan_tile_inplace(float* tile, float carry) {
         float w = (lane < SCAN_BLOCK / 32) ? warp_totals[lane] : 0.0f;
         w = pb_warp_inclusive_scan(w);
         if (lane < SCAN_BLOCK / 32) warp_totals[lane] = w;
+        const float total = __shfl_sync(PB_FULL_MASK, w, SCAN_BLOCK / 32 - 1);
+        // 4. Publish, look back, publish the inclusive prefix.
+        float prefix = 0.0f;
+        if (t == 0) {
+            if (lane == 0) publish(status, SCAN_FLAG_INCLUSIVE, total);
+        } else {
+            if (lane == 0) publish(status + t, SCAN_FLAG_AGGREGATE, total);
+            prefix = look_back(status, t);
+            if (lane == 0) publish(status + t, SCAN_FLAG_INCLUSIVE, __fadd_rn(prefix, total));
+        }
+        if (lane == 0) tile_prefix = prefix;
     }
     __syncthreads();
     const float before_warp = (warp > 0) ? warp_totals[warp - 1] : 0.0f;
-    const float offset = __fadd_rn(carry, __fadd_rn(before_warp, excl));
+    const float offset = __fadd_rn(tile_prefix, __fadd_rn(before_warp, excl));
 
-    // 3. Write back: every element read in step 1 by this thread, so no other thread races us.
+    // 5. Back through shared memory (each thread rewrites only what it read), then coalesced stores.
 #pragma unroll
-    for (int j = 0; j < SCAN_ITEMS; ++j) tile[SCAN_PAD(tid * SCAN_ITEMS + j)] = __fadd_rn(offset, vals[j]);
-    __syncthreads();
-}
-
-// Coalesced load of SCAN_TILE elements starting at `base` (zeros past n) into the padded tile.
-__device__ __forceinline__ void load_tile(float* tile, const float* x, int64_t base, int64_t n) {
-#pragma unroll
-    for (int j = 0; j < SCAN_ITEMS; ++j) {
-        const int idx = j * SCAN_BLOCK + threadIdx.x;
-        const int64_t g = base + idx;
-        tile[SCAN_PAD(idx)] = (g < n) ? x[g] : 0.0f;
+    for (int q = 0; q < SCAN_ITEMS / 4; ++q) {
+        *reinterpret_cast<float4*>(&tile[SCAN_PAD(tid * SCAN_ITEMS + 4 * q)]) =
+            make_float4(__fadd_rn(offset, vals[4 * q]), __fadd_rn(offset, vals[4 * q + 1]),
+                        __fadd_rn(offset, vals[4 * q + 2]), __fadd_rn(offset, vals[4 * q + 3]));
     }
     __syncthreads();
-}
-
-__device__ __forceinline__ void store_tile(const float* tile, float* out, int64_t base, int64_t n) {
+    if (full && aligned) {
+        float4* out4 = reinterpret_cast<float4*>(out + base);
 #pragma unroll
-    for (int j = 0; j < SCAN_ITEMS; ++j) {
-        const int idx = j * SCAN_BLOCK + threadIdx.x;
-        const int64_t g = base + idx;
-        if (g < n) out[g] = tile[SCAN_PAD(idx)];
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(SCAN_BLOCK)
-scan_blocks(const float* x, float* out, float* block_sums, int64_t n) {
-    __shared__ float tile[SCAN_SHARED_WORDS];
-    const int64_t base = static_cast<int64_t>(blockIdx.x) * SCAN_TILE;
-    load_tile(tile, x, base, n);
-    scan_tile_inplace(tile, 0.0f);
-    store_tile(tile, out, base, n);
-    // Elements past n were loaded as 0, so the last slot holds the tile's total.
-    if (threadIdx.x == 0) block_sums[blockIdx.x] = tile[SCAN_PAD(SCAN_TILE - 1)];
-}
-
-// Launch with exactly one block of SCAN_BLOCK threads.
-extern "C" __global__ void __launch_bounds__(SCAN_BLOCK)
-scan_block_sums(float* sums, int64_t m) {
-    __shared__ float tile[SCAN_SHARED_WORDS];
-    float carry = 0.0f;
-    for (int64_t base = 0; base < m; base += SCAN_TILE) {
-        load_tile(tile, sums, base, m);
-        scan_tile_inplace(tile, carry);
-        store_tile(tile, sums, base, m);
-        carry = tile[SCAN_PAD(SCAN_TILE - 1)];
-        __syncthreads();  // everyone has read the carry before the next chunk overwrites the tile
-    }
-}
-
-// Grid of (num_tiles - 1) blocks: block b handles tile b + 1.
-extern "C" __global__ void __launch_bounds__(SCAN_BLOCK)
-scan_add(float* out, const float* __restrict__ scanned_sums, int64_t n) {
-    const int64_t t = static_cast<int64_t>(blockIdx.x) + 1;
-    const float add = scanned_sums[t - 1];
-    const int64_t base = t * SCAN_TILE;
-    for (int j = threadIdx.x; j < SCAN_TILE; j += SCAN_BLOCK) {
-        const int64_t g = base + j;
-        if (g < n) out[g] = __fadd_rn(add, out[g]);
+        for (int j = 0; j < SCAN_ITEMS / 4; ++j) {
+            const int c = j * SCAN_BLOCK + tid;
+            out4[c] = *reinterpret_cast<const float4*>(&tile[SCAN_PAD(4 * c)]);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < SCAN_ITEMS; ++j) {
+            const int e = j * SCAN_BLOCK + tid;
+            if (base + e < n) out[base + e] = tile[SCAN_PAD(e)];
+        }
     }
 }
 
 PB_DEFINE_ERROR_HELPERS
 
-// Number of tiles for n elements: the scratch (block_sums) size launch_scan needs, in floats.
+// Number of tiles (blocks) for n elements.
 extern "C" int64_t scan_num_tiles(int64_t n) {
     return n <= 0 ? 0 : (n + SCAN_TILE - 1) / SCAN_TILE;
 }
 
-// block_sums: scratch of at least scan_num_tiles(n) floats.
-extern "C" int launch_scan(const float* x, float* out, int64_t n, float* block_sums, void* stream) {
+// Scratch launch_scan needs, in floats: the tile counter and one status word per tile, 8 bytes each.
+extern "C" int64_t scan_scratch_floats(int64_t n) {
+    return 2 * (scan_num_tiles(n) + 1);
+}
+
+// scratch: at least scan_scratch_floats(n) floats, 8-byte aligned; cleared here, then used.
+extern "C" int launch_scan(const float* x, float* out, int64_t n, float* scratch, void* stream) {
     if (n < 0) return static_cast<int>(cudaErrorInvalidValue);
     const int64_t tiles = scan_num_tiles(n);
     if (tiles == 0) return static_cast<int>(cudaSuccess);
-    if (tiles > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
+    if (tiles > 0x7fffffff || (reinterpret_cast<uintptr_t>(scratch) & 7) != 0)
+        return static_cast<int>(cudaErrorInvalidValue);
     cudaStream_t s = PB_STREAM(stream);
-    scan_blocks<<<static_cast<unsigned int>(tiles), SCAN_BLOCK, 0, s>>>(x, out, block_sums, n);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess || tiles == 1) return static_cast<int>(err);
-    scan_block_sums<<<1, SCAN_BLOCK, 0, s>>>(block_sums, tiles);
-    err = cudaGetLastError();
+    const size_t bytes = static_cast<size_t>(scan_scratch_floats(n)) * sizeof(float);
+    cudaError_t err = cudaMemsetAsync(scratch, 0, bytes, s);
     if (err != cudaSuccess) return static_cast<int>(err);
-    scan_add<<<static_cast<unsigned int>(tiles - 1), SCAN_BLOCK, 0, s>>>(out, block_sums, n);
+    scan_lookback<<<static_cast<unsigned int>(tiles), SCAN_BLOCK, 0, s>>>(
+        x, out, n, reinterpret_cast<unsigned long long*>(scratch));
     return static_cast<int>(cudaGetLastError());
 }

@@ -416,10 +416,12 @@ def test_grid_helpers() -> None:
     with pytest.raises(ValueError):
         grid_for(-1)
     assert catalog.grid_stride_config(0).grid == (1, 1, 1)
-    assert catalog.matmul_config(65, 1).grid == (1, 2, 1)
+    assert catalog.matmul_config(129, 1).grid == (1, 2, 1) and catalog.matmul_config(128, 129).grid == (2, 1, 1)
     assert catalog.mandelbrot_config(33, 1).grid == (3, 1, 1)
     assert [catalog.sum_num_partials(n) for n in (0, 1, 256, 257, 10**9)] == [0, 1, 1, 2, 1024]
-    assert [catalog.scan_num_tiles(n) for n in (0, 1, 2048, 2049, 2**26)] == [0, 1, 1, 2, 32768]
+    assert [catalog.scan_num_tiles(n) for n in (0, 1, 4096, 4097, 2**26)] == [0, 1, 1, 2, 16384]
+    assert [catalog.scan_scratch_floats(n) for n in (0, 1, 4097)] == [2, 4, 6]
+    assert [catalog.saxpy_config(n).grid[0] for n in (0, 1, 4096, 4097)] == [1, 1, 1, 2]
     assert catalog.histogram_config(10, 12288, 132)[0] == "histogram"  # 48 KiB of bins fit
     assert catalog.histogram_config(10, 12289, 132)[0] == "histogram_global"
     name, cfg = catalog.histogram_config(10**8, 100, 132)
@@ -630,8 +632,11 @@ def test_launcher_library_on_cpu(cuda_build: Path, module: str) -> None:
             catalog.sum_num_partials(n) for n in (0, 1, 257, 10**9)
         ]
     if module == "scan":
-        assert [lib.raw("scan_num_tiles")(n) for n in (0, 1, 2049, 2**26)] == [
-            catalog.scan_num_tiles(n) for n in (0, 1, 2049, 2**26)
+        assert [lib.raw("scan_num_tiles")(n) for n in (0, 1, 4097, 2**26)] == [
+            catalog.scan_num_tiles(n) for n in (0, 1, 4097, 2**26)
+        ]
+        assert [lib.raw("scan_scratch_floats")(n) for n in (0, 1, 4097, 2**26)] == [
+            catalog.scan_scratch_floats(n) for n in (0, 1, 4097, 2**26)
         ]
 
 
@@ -645,6 +650,8 @@ def test_catalog_constants_match_the_kernels() -> None:
         return int(m.group(1))
 
     assert define("common", "PB_MAX_GRID_STRIDE_BLOCKS") == catalog.PB_MAX_GRID_STRIDE_BLOCKS
+    assert define("saxpy", "SAXPY_BLOCK") == catalog.SAXPY_BLOCK
+    assert define("saxpy", "SAXPY_UNROLL") == catalog.SAXPY_UNROLL
     assert define("reduce", "SUM_BLOCK") == catalog.SUM_BLOCK
     assert define("reduce", "SUM_MAX_PARTIALS") == catalog.SUM_MAX_PARTIALS
     assert define("scan", "SCAN_BLOCK") == catalog.SCAN_BLOCK

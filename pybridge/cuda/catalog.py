@@ -52,13 +52,16 @@ __all__ = [
 # ---------------------------------------------------------------- constants shared with kernels_cu
 GRID_STRIDE_BLOCK = 256
 PB_MAX_GRID_STRIDE_BLOCKS = 4096  # common.cuh
+SAXPY_BLOCK = 256  # saxpy.cu
+SAXPY_UNROLL = 4
+SAXPY_BLOCK_ELEMS = SAXPY_BLOCK * SAXPY_UNROLL * 4
 SUM_BLOCK = 256  # reduce.cu
 SUM_MAX_PARTIALS = 1024
 SCAN_BLOCK = 256  # scan.cu
-SCAN_ITEMS = 8
+SCAN_ITEMS = 16
 SCAN_TILE = SCAN_BLOCK * SCAN_ITEMS
-MM_BM = 64  # matmul.cu
-MM_BN = 64
+MM_BM = 128  # matmul.cu
+MM_BN = 128
 MM_THREADS = 256
 HIST_BLOCK = 256  # histogram.cu
 MANDEL_BLOCK = (16, 16)  # mandelbrot.cu
@@ -96,14 +99,11 @@ MODULES: dict[str, ModuleEntry] = {
     "scan": ModuleEntry(
         "scan",
         {
-            "scan_blocks": (
-                "scan_blocks(const float* x[n], float* out[n], float* block_sums[(n + 2047) / 2048], int64 n)"
-            ),
-            "scan_block_sums": "scan_block_sums(float* sums[m], int64 m)",
-            "scan_add": "scan_add(float* out[n], const float* scanned_sums[(n + 2047) / 2048], int64 n)",
+            # scratch: the tile counter and one 64-bit status word per tile (zeroed before each launch)
+            "scan_lookback": "scan_lookback(const float* x[n], float* out[n], int64 n, uint64* scratch[1 + (n + 4095) / 4096])",
         },
-        ("launch_scan(const float* x[n], float* out[n], int64 n, float* block_sums[(n + 2047) / 2048])",),
-        "int64_t scan_num_tiles(int64_t n);",
+        ("launch_scan(const float* x[n], float* out[n], int64 n, float* scratch[2 * (1 + (n + 4095) / 4096)])",),
+        "int64_t scan_num_tiles(int64_t n);\nint64_t scan_scratch_floats(int64_t n);",
     ),
     "matmul": ModuleEntry(
         "matmul",
@@ -174,8 +174,18 @@ def sum_num_partials(n: int) -> int:
     return 0 if n <= 0 else min(-(-n // SUM_BLOCK), SUM_MAX_PARTIALS)
 
 
+def saxpy_config(n: int) -> LaunchConfig:
+    """As launch_saxpy: one pass, SAXPY_BLOCK_ELEMS elements per block (float4s, unrolled)."""
+    return _config(max(1, -(-n // SAXPY_BLOCK_ELEMS)), SAXPY_BLOCK, 0)
+
+
 def scan_num_tiles(n: int) -> int:
     return 0 if n <= 0 else -(-n // SCAN_TILE)
+
+
+def scan_scratch_floats(n: int) -> int:
+    """Scratch launch_scan needs (floats): the tile counter and a 64-bit status word per tile."""
+    return 2 * (1 + scan_num_tiles(n))
 
 
 def matmul_config(m: int, n: int) -> LaunchConfig:
@@ -331,7 +341,7 @@ def _saxpy_on(s: Stream, a: float, x: Any, y: Any, out: Any) -> DeviceArray:
     yd = as_device_array(y, stream=s)
     n = xd.size
     o = _out(out, (n,), np.float32, s)
-    get_kernel("saxpy")(a, xd, yd, o, n, config=grid_stride_config(n), stream=s)
+    get_kernel("saxpy")(a, xd, yd, o, n, config=saxpy_config(n), stream=s)
     return o
 
 
@@ -364,11 +374,10 @@ def _scan_on(s: Stream, x: Any, out: Any) -> DeviceArray:
     tiles = scan_num_tiles(n)
     if tiles == 0:
         return o
-    sums = _scratch_f32(s, tiles)
-    get_kernel("scan", "scan_blocks")(xd, o, sums, n, config=_config(tiles, SCAN_BLOCK, 0), stream=s)
-    if tiles > 1:
-        get_kernel("scan", "scan_block_sums")(sums, tiles, config=_config(1, SCAN_BLOCK, 0), stream=s)
-        get_kernel("scan", "scan_add")(o, sums, n, config=_config(tiles - 1, SCAN_BLOCK, 0), stream=s)
+    scratch = _scratch_f32(s, scan_scratch_floats(n))
+    _memset0(scratch, s)  # the tile counter and every status word start at 0
+    status = DeviceArray(ArrayInfo(scratch.ptr, (tiles + 1,), (8,), np.dtype(np.uint64)), owner=scratch)
+    get_kernel("scan", "scan_lookback")(xd, o, n, status, config=_config(tiles, SCAN_BLOCK, 0), stream=s)
     return o
 
 
