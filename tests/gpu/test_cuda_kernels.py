@@ -194,6 +194,68 @@ def test_sum_is_deterministic() -> None:
     assert_close(runs[0], exact_sum(x), bound=bound, what="cuda_sum")
 
 
+def _offset_view(buf: Any, offset: int, shape: tuple[int, ...]) -> Any:
+    """A float32 C-contiguous view of ``shape`` starting ``offset`` elements into ``buf``: with
+    offset % 4 != 0 it is not 16-byte aligned, so the kernels must take their scalar paths."""
+    from pybridge.cuda import DeviceArray
+    from pybridge.interop import ArrayInfo
+
+    strides = tuple(4 * int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    return DeviceArray(ArrayInfo(buf.ptr + 4 * offset, shape, strides, np.dtype(np.float32)), owner=buf)
+
+
+def _unaligned(x: np.ndarray, offset: int) -> Any:
+    """``x`` on the device at ``offset`` floats past an aligned allocation (NaN before it)."""
+    from pybridge.cuda import to_device
+
+    buf = to_device(np.concatenate([np.full(offset, np.nan, np.float32), x.ravel()]))
+    return _offset_view(buf, offset, x.shape)
+
+
+@pytest.mark.parametrize("offset", [1, 2, 3])
+def test_unaligned_arrays(offset: int) -> None:
+    """The 16-byte paths fall back to scalar accesses for misaligned arrays, with the same results:
+    saxpy exact, sum bit-identical to the aligned sum (its order does not depend on alignment),
+    scan and matmul within their bounds; every output element written (outputs start as NaN)."""
+    from pybridge.cuda import catalog, to_device
+    from pybridge.testing import assert_close
+
+    rng = np.random.default_rng(100 + offset)
+    n = 3 * catalog.SCAN_TILE + 4 * 1024 + 5  # several scan tiles, a partial one, a tail past n % 4
+    x = uniform_f32(rng, n, -1, 1)
+    y = uniform_f32(rng, n, -1, 1)
+    nan = np.full(n, np.nan, np.float32)
+    xv, yv = _unaligned(x, offset), _unaligned(y, offset)
+
+    for path in ("kernel", "launcher"):
+        out = _unaligned(nan, offset)
+        if path == "kernel":
+            catalog.cuda_saxpy(2.5, xv, yv, out=out)
+        else:
+            launchers("saxpy").launch_saxpy(2.5, xv, yv, out, n)
+        np.testing.assert_array_equal(out.get(), catalog.reference_saxpy(2.5, x, y))
+
+        out = _unaligned(nan, offset)
+        if path == "kernel":
+            catalog.cuda_scan(xv, out=out)
+        else:
+            launchers("scan").launch_scan(xv, out, n, empty(catalog.scan_scratch_floats(n)))
+        assert_close(out.get(), catalog.reference_scan(x), bound=scan_bound(x), what=f"unaligned scan [{path}]")
+
+    aligned_sum = catalog.cuda_sum(to_device(x)).get()
+    unaligned_sum = catalog.cuda_sum(xv).get()
+    assert aligned_sum.view(np.uint32)[0] == unaligned_sum.view(np.uint32)[0], (aligned_sum, unaligned_sum)
+    bound = n * EPS32 * float(np.abs(x.astype(np.float64)).sum())
+    assert_close(unaligned_sum, exact_sum(x), bound=bound, what="unaligned sum")
+
+    m, k, nn = 131, 64, 132  # k and n multiples of 4: only the alignment keeps the 16-byte path off
+    a = uniform_f32(rng, (m, k), -2, 2)
+    b = uniform_f32(rng, (k, nn), -2, 2)
+    c = _unaligned(np.full((m, nn), np.nan, np.float32), offset)
+    catalog.cuda_matmul(_unaligned(a, offset), _unaligned(b, offset), out=c)
+    assert_close(c.get(), catalog.reference_matmul(a, b), bound=matmul_bound(a, b), what="unaligned matmul")
+
+
 # ------------------------------------------------------------------------------------- scan
 
 
@@ -203,7 +265,7 @@ def scan_on(path: str) -> Callable[..., Any]:
     def run(x: Any, inplace: Any) -> Any:
         if path == "launcher":
             out = x if inplace else empty(x.size)
-            launchers("scan").launch_scan(x, out, x.size, empty(catalog.scan_num_tiles(x.size)))
+            launchers("scan").launch_scan(x, out, x.size, empty(catalog.scan_scratch_floats(x.size)))
             return out
         return catalog.cuda_scan(x, out=x if inplace else None, stream=stream_for(path))
 
@@ -227,7 +289,7 @@ def test_scan_accuracy(path: str) -> None:
         reduction=scan_bound,
         examples=[
             {"x": Big(2**24 + 3, 5).floats(), "inplace": False},
-            {"x": Big(2**26 + 5, 6).floats(), "inplace": True},  # > 2^26: 32769 tiles, 9 chunks in scan_block_sums
+            {"x": Big(2**26 + 5, 6).floats(), "inplace": True},  # > 2^26: 16385 tiles, long look-backs
         ],
         settings=GPU_SETTINGS,
     )
@@ -261,8 +323,9 @@ def matmul_example(m: int, n: int, k: int, seed: int) -> dict[str, np.ndarray]:
     return {"a": uniform_f32(rng, (m, k), -2, 2), "b": uniform_f32(rng, (k, n), -2, 2)}
 
 
-# The kernel's tiles: 64 x 64 of C, slices of 16 along k.
-MATMUL_EDGES = (0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129)
+# The kernel's tiles: 128 x 128 of C, slices of 16 along k, 16-byte rows when k or n is a multiple of 4;
+# primes and sizes around each boundary.
+MATMUL_EDGES = (0, 1, 2, 3, 4, 5, 7, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129, 131)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -280,10 +343,15 @@ def test_matmul_accuracy(path: str) -> None:
         reduction=matmul_bound,
         examples=[
             matmul_example(1, 1, 1, 0),
-            matmul_example(64, 64, 16, 1),  # exactly one tile
-            matmul_example(65, 63, 17, 2),  # one past / short of the tile edges
+            matmul_example(128, 128, 16, 1),  # exactly one tile
+            matmul_example(129, 127, 17, 2),  # one past / short of the tile edges
             matmul_example(3, 4, 0, 3),  # empty inner dimension: C = 0
-            matmul_example(1031, 1029, 515, 4),
+            matmul_example(1031, 1029, 515, 4),  # primes-ish, no dimension a multiple of 4
+            matmul_example(1, 257, 1, 5),  # a row times a column
+            matmul_example(257, 1, 263, 6),
+            matmul_example(509, 521, 523, 7),  # primes
+            matmul_example(2048, 2048, 2048, 8),  # a benchmark size: every tile full, 16-byte paths
+            matmul_example(1000, 1004, 1012, 9),  # n, k multiples of 4, m not: vector loads, edge rows
         ],
         settings=GPU_SETTINGS,
     )
@@ -489,7 +557,7 @@ def test_kernel_object(name: str, path: str) -> None:
 def test_kernel_cases_cover_every_single_launch_kernel() -> None:
     from pybridge.cuda import catalog
 
-    multi_pass = {"sum_partial", "sum_final", "scan_blocks", "scan_block_sums", "scan_add"}  # tested as whole ops
+    multi_pass = {"sum_partial", "sum_final", "scan_lookback"}  # tested as whole ops (scratch to clear)
     kernels = {k for m in catalog.MODULES.values() for k in m.kernels} - multi_pass
     assert kernels == set(KERNEL_CASES) == set(_kernel_cases())
 

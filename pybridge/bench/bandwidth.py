@@ -1,0 +1,163 @@
+"""Memory-bound kernels against the device-to-device copy: saxpy, sum, inclusive scan (float32).
+
+Rows per size: ``copy`` (cuMemcpyDtoDAsync), pybridge's kernels through the checked Kernel path
+(``catalog.cuda_*``) and through the C host launchers (``lib<mod>.so``), Futhark's programs on the
+cuda backend (futhark/saxpy.fut, dot.fut's ``sum``, scan.fut's ``prefix_sum``), CuPy's ``sum`` and
+``cumsum``. Bytes counted: each input read once, each output written once (copy 8n, saxpy 12n,
+sum 4n, scan 8n); "% of copy" is GB/s over the copy's GB/s at the same size, in the same run.
+Timing: see pybridge.bench.gpu (events with the host kept ahead; Futhark by wall clock).
+Without a GPU, NumPy rows at small sizes (and a line saying why the GPU rows are skipped).
+
+    python -m pybridge.bench.bandwidth [--sizes 24 26 28] [--repeat 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .gpu import format_rows, futhark_cuda, gpu_unavailable, host_timing, time_device
+
+HELP = "saxpy, sum and scan against the device-to-device copy bandwidth (GB/s, % of copy)"
+
+BYTES_PER_ELEMENT = {"copy": 8, "saxpy": 12, "sum": 4, "scan": 8}
+DEFAULT_EXPONENTS = (24, 26, 28)
+CPU_EXPONENTS = (20, 22)
+SAXPY_A = 2.5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", type=int, nargs="+", metavar="LOG2N", default=None,
+                        help=f"element counts as powers of two (default {' '.join(map(str, DEFAULT_EXPONENTS))}; "
+                        f"without a GPU {' '.join(map(str, CPU_EXPONENTS))})")
+    parser.add_argument("--repeat", type=int, default=15, help="timed samples per row (median reported)")
+    parser.add_argument("--no-futhark", action="store_true", help="leave out Futhark's rows")
+
+
+def _row(benchmark: str, impl: str, n: int, seconds: float, timer: str) -> dict[str, Any]:
+    gbs = BYTES_PER_ELEMENT[benchmark] * n / seconds / 1e9
+    return {"benchmark": benchmark, "impl": impl, "size": n, "median_us": seconds * 1e6, "GB/s": gbs,
+            "% of copy": float("nan"), "timer": timer}
+
+
+def _with_copy_share(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    copy = {r["size"]: r["GB/s"] for r in rows if r["benchmark"] == "copy"}
+    for r in rows:
+        if r["size"] in copy:
+            r["% of copy"] = 100.0 * r["GB/s"] / copy[r["size"]]
+    return rows
+
+
+def _cpu_rows(exponents: list[int], repeat: int) -> list[dict[str, Any]]:
+    rows = []
+    for e in exponents:
+        n = 1 << e
+        rng = np.random.default_rng(e)
+        x = rng.random(n, dtype=np.float32)
+        y = rng.random(n, dtype=np.float32)
+        out = np.empty_like(x)
+        a = np.float32(SAXPY_A)
+        cases: list[tuple[str, Callable[[], Any]]] = [
+            ("copy", lambda: np.copyto(out, x)),
+            ("saxpy", lambda: np.add(np.multiply(a, x, out=out), y, out=out)),
+            ("sum", lambda: x.sum()),
+            ("scan", lambda: np.cumsum(x, out=out)),
+        ]
+        for name, fn in cases:
+            rows.append(_row(name, "NumPy (CPU)", n, host_timing(fn, None, repeat).median_s, "wall"))
+    return _with_copy_share(rows)
+
+
+def _futhark_cases(n: int, x: np.ndarray, y: np.ndarray) -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
+    """(benchmark, call, sync) for Futhark's programs, inputs already on the device."""
+    cases = []
+    saxpy, dot, scan = futhark_cuda("saxpy"), futhark_cuda("dot"), futhark_cuda("scan")
+    fx, fy = saxpy.types["[]f32"].new(x), saxpy.types["[]f32"].new(y)
+    f = saxpy.entry_points["saxpy"]
+    cases.append(("saxpy", lambda: f(SAXPY_A, fx, fy).free(), saxpy.sync))
+    dx = dot.types["[]f32"].new(x)
+    fsum = dot.entry_points["sum"]
+    cases.append(("sum", lambda: fsum(dx), dot.sync))  # an f32 result: read back to the host
+    sx = scan.types["[]f32"].new(x)
+    fscan = scan.entry_points["prefix_sum"]
+    cases.append(("scan", lambda: fscan(sx).free(), scan.sync))
+    return cases
+
+
+def _gpu_rows(exponents: list[int], repeat: int, futhark: bool) -> list[dict[str, Any]]:
+    from pybridge import cuda
+    from pybridge.cuda import catalog
+    from pybridge.cuda.context import pycuda_driver
+
+    drv = pycuda_driver()
+    try:
+        import cupy as cp
+    except ImportError:
+        cp = None
+        print("CuPy not installed: its rows are skipped")
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    saxpy_lib, sum_lib, scan_lib = (cuda.load_launchers(m) for m in ("saxpy", "reduce", "scan"))
+    for e in exponents:
+        n = 1 << e
+        rng = np.random.default_rng(e)
+        x = rng.uniform(-1, 1, n).astype(np.float32)
+        y = rng.uniform(-1, 1, n).astype(np.float32)
+        dx, dy, dout = cuda.to_device(x), cuda.to_device(y), cuda.empty(n, np.float32)
+        d1 = cuda.empty(1, np.float32)
+        partials = cuda.empty(catalog.sum_num_partials(n), np.float32)
+        scratch = cuda.empty(catalog.scan_scratch_floats(n), np.float32)
+
+        def ev(benchmark: str, impl: str, fn: Callable[[], Any]) -> None:
+            rows.append(_row(benchmark, impl, n, time_device(fn, repeat=repeat).median_s, "events"))
+
+        ev("copy", "cuMemcpyDtoD", lambda: drv.memcpy_dtod_async(dout.ptr, dx.ptr, 4 * n, None))
+        ev("saxpy", "pybridge Kernel", lambda: catalog.cuda_saxpy(SAXPY_A, dx, dy, out=dout))
+        ev("saxpy", "pybridge launcher", lambda: saxpy_lib.launch_saxpy(SAXPY_A, dx, dy, dout, n))
+        ev("sum", "pybridge Kernel", lambda: catalog.cuda_sum(dx, out=d1))
+        ev("sum", "pybridge launcher", lambda: sum_lib.launch_sum(dx, d1, n, partials))
+        ev("scan", "pybridge Kernel", lambda: catalog.cuda_scan(dx, out=dout))
+        ev("scan", "pybridge launcher", lambda: scan_lib.launch_scan(dx, dout, n, scratch))
+        if cp is not None:
+            cx = cp.asarray(x)
+            ev("sum", "CuPy sum", lambda: cx.sum())
+            ev("scan", "CuPy cumsum", lambda: cp.cumsum(cx))
+            del cx
+        if futhark:
+            try:
+                for benchmark, fn, sync in _futhark_cases(n, x, y):
+                    t = host_timing(fn, sync, repeat)
+                    rows.append(_row(benchmark, "Futhark cuda", n, t.median_s, "wall"))
+            except Exception as err:  # noqa: BLE001 - a missing build skips the rows, with the reason
+                notes.append(f"Futhark rows skipped at 2^{e}: {err}")
+        drv.Context.synchronize()
+        del dx, dy, dout
+    for note in dict.fromkeys(notes):
+        print(note)
+    return _with_copy_share(rows)
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    reason = gpu_unavailable()
+    if reason is not None:
+        print(f"no GPU: {reason}; GPU rows skipped, NumPy (CPU) rows only")
+        return _cpu_rows(list(args.sizes or CPU_EXPONENTS), args.repeat)
+    return _gpu_rows(list(args.sizes or DEFAULT_EXPONENTS), args.repeat, not args.no_futhark)
+
+
+COLUMNS = ("benchmark", "size", "impl", "median_us", "GB/s", "% of copy", "timer")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m pybridge.bench.bandwidth", description=HELP)
+    add_arguments(parser)
+    rows = run(parser.parse_args(argv))
+    rows.sort(key=lambda r: (list(BYTES_PER_ELEMENT).index(r["benchmark"]), r["size"]))
+    print(format_rows(rows, COLUMNS))
+
+
+if __name__ == "__main__":
+    main()
