@@ -203,7 +203,7 @@ __device__ __forceinline__ void matmul_body(const float* __restrict__ a, const f
 }
 
 #ifndef MM_KK_UNROLL
-#define MM_KK_UNROLL 2
+#define MM_KK_UNROLL 1
 #endif
 
 extern "C" __global__ void __launch_bounds__(MM_THREADS, 2)
