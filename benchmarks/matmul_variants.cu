@@ -12,6 +12,7 @@
 MM_VARIANT(mm_u1_b2, 1, 2)
 MM_VARIANT(mm_u2_b2, 2, 2)
 MM_VARIANT(mm_u4_b2, 4, 2)
+MM_VARIANT(mm_u8_b1, 8, 1)
 MM_VARIANT(mm_u16_b2, 16, 2)
 MM_VARIANT(mm_u4_b1, 4, 1)
 MM_VARIANT(mm_u16_b1, 16, 1)

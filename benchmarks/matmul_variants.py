@@ -15,13 +15,13 @@ import numpy as np
 from pybridge import cuda
 from pybridge.bench.gpu import format_rows, time_device
 
-VARIANTS = ("mm_u1_b2", "mm_u2_b2", "mm_u4_b2", "mm_u16_b2", "mm_u4_b1", "mm_u16_b1")
+VARIANTS = ("mm_u1_b2", "mm_u2_b2", "mm_u16_b2", "mm_u8_b1", "mm_u16_b1")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("cubin")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[2048, 8192])
     args = ap.parse_args()
     import cupy as cp
     from pybridge.cuda.context import pycuda_driver

@@ -202,11 +202,17 @@ __device__ __forceinline__ void matmul_body(const float* __restrict__ a, const f
     }
 }
 
+// Chosen from benchmarks/matmul_variants.cu on the H100 (benchmarks/kernels-notes.md): the k loop
+// fully unrolled and no 2-blocks-per-SM register cap (153 registers, no spills, one block per SM)
+// ran as fast as any variant (78% of cuBLAS at 8192); capped at 128 registers it spills.
 #ifndef MM_KK_UNROLL
-#define MM_KK_UNROLL 1
+#define MM_KK_UNROLL 16
+#endif
+#ifndef MM_MIN_BLOCKS
+#define MM_MIN_BLOCKS 1
 #endif
 
-extern "C" __global__ void __launch_bounds__(MM_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(MM_THREADS, MM_MIN_BLOCKS)
 matmul(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int32_t m,
        int32_t n, int32_t k) {
     matmul_body<MM_KK_UNROLL>(a, b, c, m, n, k);
