@@ -295,6 +295,21 @@ def test_scan_accuracy(path: str) -> None:
     )
 
 
+@pytest.mark.parametrize("grid", [1, 3, 64])
+def test_scan_any_grid(grid: int) -> None:
+    """scan_lookback's blocks are persistent: any grid, even one block for many tiles, gives the scan."""
+    from pybridge import cuda
+    from pybridge.cuda import catalog
+    from pybridge.testing import assert_close
+
+    n = 37 * catalog.SCAN_TILE + 7
+    x = uniform_f32(np.random.default_rng(grid), n, -1, 1)
+    out = cuda.to_device(np.full(n, np.nan, np.float32))
+    status = cuda.zeros(catalog.scan_num_tiles(n) + 1, np.uint64)
+    catalog.get_kernel("scan", "scan_lookback")(cuda.to_device(x), out, n, status, grid=grid, block=catalog.SCAN_BLOCK)
+    assert_close(out.get(), catalog.reference_scan(x), bound=scan_bound(x), what=f"scan, grid {grid}")
+
+
 # ------------------------------------------------------------------------------------- matmul
 
 
