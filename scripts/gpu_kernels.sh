@@ -12,6 +12,7 @@ make cuda 2>&1 | grep -E "error|warning" | head -20
 make futhark FUTHARK_BACKEND=cuda FUTHARK=/bin/true 2>&1 | grep -E "rror" | head
 python3 -m pip install -q --no-build-isolation --no-deps . 2>&1 | grep -v WARN | tail -1
 nvcc -O3 -std=c++17 -arch=sm_90 -cubin -o build/cuda/matmul_variants.cubin benchmarks/matmul_variants.cu 2>&1 | head
+nvcc -O3 -std=c++17 -arch=sm_90 -cubin -o build/cuda/scan_variants.cubin benchmarks/scan_variants.cu 2>&1 | head
 if [ -z "${SKIP_TESTS:-}" ]; then
   echo "== tests/gpu/test_cuda_kernels.py"
   timeout ${GPU_TEST_TIMEOUT:-170} python3 -m pytest -q -rfEs -p no:cacheprovider --timeout 120 -m gpu \
@@ -23,10 +24,13 @@ if [ -z "${SKIP_VARIANTS:-}" ]; then
   echo "== matmul variants"
   timeout 90 python3 benchmarks/matmul_variants.py build/cuda/matmul_variants.cubin > "$OUT/matmul_variants.txt" 2>&1
   echo "rc=$?"
+  echo "== scan variants"
+  timeout 60 python3 benchmarks/scan_variants.py build/cuda/scan_variants.cubin > "$OUT/scan_variants.txt" 2>&1
+  echo "rc=$?"
 fi
 echo "== python -m pybridge.bench.bandwidth"
 timeout 120 python3 -m pybridge.bench.bandwidth > "$OUT/bandwidth.txt" 2>&1; echo "rc=$?"
 echo "== python -m pybridge.bench.matmul"
 timeout 120 python3 -m pybridge.bench.matmul > "$OUT/matmul.txt" 2>&1; echo "rc=$?"
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader
-for f in matmul_variants bandwidth matmul; do [ -f "$OUT/$f.txt" ] && { echo "== $f"; tail -40 "$OUT/$f.txt"; }; done
+for f in matmul_variants scan_variants bandwidth matmul; do [ -f "$OUT/$f.txt" ] && { echo "== $f"; tail -40 "$OUT/$f.txt"; }; done

@@ -656,7 +656,6 @@ def test_catalog_constants_match_the_kernels() -> None:
     assert define("reduce", "SUM_MAX_PARTIALS") == catalog.SUM_MAX_PARTIALS
     assert define("scan", "SCAN_BLOCK") == catalog.SCAN_BLOCK
     assert define("scan", "SCAN_ITEMS") == catalog.SCAN_ITEMS
-    assert define("scan", "SCAN_BLOCKS_PER_SM") == catalog.SCAN_BLOCKS_PER_SM
     assert define("matmul", "MM_BM") == catalog.MM_BM and define("matmul", "MM_BN") == catalog.MM_BN
     assert define("matmul", "MM_THREADS") == catalog.MM_THREADS
     assert define("histogram", "HIST_BLOCK") == catalog.HIST_BLOCK

@@ -60,7 +60,6 @@ SUM_MAX_PARTIALS = 1024
 SCAN_BLOCK = 256  # scan.cu
 SCAN_ITEMS = 16
 SCAN_TILE = SCAN_BLOCK * SCAN_ITEMS
-SCAN_BLOCKS_PER_SM = 4  # persistent grid
 MM_BM = 128  # matmul.cu
 MM_BN = 128
 MM_THREADS = 256
@@ -378,8 +377,7 @@ def _scan_on(s: Stream, x: Any, out: Any) -> DeviceArray:
     scratch = _scratch_f32(s, scan_scratch_floats(n))
     _memset0(scratch, s)  # the tile counter and every status word start at 0
     status = DeviceArray(ArrayInfo(scratch.ptr, (tiles + 1,), (8,), np.dtype(np.uint64)), owner=scratch)
-    grid = min(tiles, _multiprocessors() * SCAN_BLOCKS_PER_SM)  # as launch_scan
-    get_kernel("scan", "scan_lookback")(xd, o, n, status, config=_config(grid, SCAN_BLOCK, 0), stream=s)
+    get_kernel("scan", "scan_lookback")(xd, o, n, status, config=_config(tiles, SCAN_BLOCK, 0), stream=s)
     return o
 
 

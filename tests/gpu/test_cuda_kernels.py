@@ -297,7 +297,7 @@ def test_scan_accuracy(path: str) -> None:
 
 @pytest.mark.parametrize("grid", [1, 3, 64])
 def test_scan_any_grid(grid: int) -> None:
-    """scan_lookback's blocks are persistent: any grid, even one block for many tiles, gives the scan."""
+    """A grid smaller than the number of tiles (blocks loop over tiles), even one block, gives the scan."""
     from pybridge import cuda
     from pybridge.cuda import catalog
     from pybridge.testing import assert_close
