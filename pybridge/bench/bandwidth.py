@@ -14,12 +14,13 @@ Without a GPU, NumPy rows at small sizes (and a line saying why the GPU rows are
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .gpu import format_rows, futhark_cuda, gpu_unavailable, host_timing, time_device
+from .gpu import add_size_arguments, futhark_cuda, host_timing, main_for, run_gpu_or_cpu, time_device, with_share
 
 HELP = "saxpy, sum and scan against the device-to-device copy bandwidth (GB/s, % of copy)"
 
@@ -30,11 +31,7 @@ SAXPY_A = 2.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sizes", type=int, nargs="+", metavar="LOG2N", default=None,
-                        help=f"element counts as powers of two (default {' '.join(map(str, DEFAULT_EXPONENTS))}; "
-                        f"without a GPU {' '.join(map(str, CPU_EXPONENTS))})")
-    parser.add_argument("--repeat", type=int, default=15, help="timed samples per row (median reported)")
-    parser.add_argument("--no-futhark", action="store_true", help="leave out Futhark's rows")
+    add_size_arguments(parser, "element counts as powers of two", "LOG2N", DEFAULT_EXPONENTS, CPU_EXPONENTS, 15)
 
 
 def _row(benchmark: str, impl: str, n: int, seconds: float, timer: str) -> dict[str, Any]:
@@ -44,11 +41,7 @@ def _row(benchmark: str, impl: str, n: int, seconds: float, timer: str) -> dict[
 
 
 def _with_copy_share(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    copy = {r["size"]: r["GB/s"] for r in rows if r["benchmark"] == "copy"}
-    for r in rows:
-        if r["size"] in copy:
-            r["% of copy"] = 100.0 * r["GB/s"] / copy[r["size"]]
-    return rows
+    return with_share(rows, "GB/s", lambda r: r["benchmark"] == "copy", "% of copy")
 
 
 def _cpu_rows(exponents: list[int], repeat: int) -> list[dict[str, Any]]:
@@ -141,22 +134,14 @@ def _gpu_rows(exponents: list[int], repeat: int, futhark: bool) -> list[dict[str
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    reason = gpu_unavailable()
-    if reason is not None:
-        print(f"no GPU: {reason}; GPU rows skipped, NumPy (CPU) rows only")
-        return _cpu_rows(list(args.sizes or CPU_EXPONENTS), args.repeat)
-    return _gpu_rows(list(args.sizes or DEFAULT_EXPONENTS), args.repeat, not args.no_futhark)
+    return run_gpu_or_cpu(args, _gpu_rows, _cpu_rows, DEFAULT_EXPONENTS, CPU_EXPONENTS)
 
 
 COLUMNS = ("benchmark", "size", "impl", "median_us", "GB/s", "% of copy", "timer")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pybridge.bench.bandwidth", description=HELP)
-    add_arguments(parser)
-    rows = run(parser.parse_args(argv))
-    rows.sort(key=lambda r: (list(BYTES_PER_ELEMENT).index(r["benchmark"]), r["size"]))
-    print(format_rows(rows, COLUMNS))
+    main_for(sys.modules[__name__], COLUMNS, lambda r: (list(BYTES_PER_ELEMENT).index(r["benchmark"]), r["size"]), argv)
 
 
 if __name__ == "__main__":

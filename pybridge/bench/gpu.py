@@ -16,6 +16,7 @@ launch and one synchronisation (some microseconds) that the event timings do not
 
 from __future__ import annotations
 
+import argparse
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -25,7 +26,8 @@ import numpy as np
 
 from .timing import Timing, _summary, time_host
 
-__all__ = ["FILLER_BYTES", "format_rows", "futhark_cuda", "gpu_unavailable", "time_device", "time_host"]
+__all__ = ["FILLER_BYTES", "add_size_arguments", "format_rows", "futhark_cuda", "gpu_unavailable", "main_for", "run_gpu_or_cpu", "time_device", "time_host",
+           "with_share"]
 
 # 512 MiB copied before each sample: ~0.35 ms on an H100, more than the Python overhead of the
 # calls queued behind it, and ten times the L2.
@@ -125,3 +127,44 @@ def format_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = 
 def host_timing(fn: Callable[[], Any], sync: Callable[[], Any] | None, repeat: int = 10) -> Timing:
     """Wall time of ``fn(); sync()`` (Futhark rows, CPU rows)."""
     return time_host(fn, sync, warmup=2, repeat=repeat)
+
+
+def with_share(rows: list[dict[str, Any]], metric: str, is_reference: Callable[[dict[str, Any]], bool],
+               column: str) -> list[dict[str, Any]]:
+    """Sets ``column`` of every row to 100 * metric / the reference row's metric at the same size."""
+    ref = {r["size"]: r[metric] for r in rows if is_reference(r)}
+    for r in rows:
+        if r["size"] in ref:
+            r[column] = 100.0 * r[metric] / ref[r["size"]]
+    return rows
+
+
+def add_size_arguments(parser: argparse.ArgumentParser, what: str, metavar: str, gpu_sizes: Sequence[int],
+                       cpu_sizes: Sequence[int], repeat: int) -> None:
+    """--sizes, --repeat and --no-futhark, as run_gpu_or_cpu reads them."""
+    parser.add_argument("--sizes", type=int, nargs="+", metavar=metavar, default=None,
+                        help=f"{what} (default {' '.join(map(str, gpu_sizes))}; "
+                        f"without a GPU {' '.join(map(str, cpu_sizes))})")
+    parser.add_argument("--repeat", type=int, default=repeat, help="timed samples per row (median reported)")
+    parser.add_argument("--no-futhark", action="store_true", help="leave out Futhark's rows")
+
+
+def run_gpu_or_cpu(args: argparse.Namespace, gpu_rows: Callable[[list[int], int, bool], list[dict[str, Any]]],
+                   cpu_rows: Callable[[list[int], int], list[dict[str, Any]]], gpu_sizes: Sequence[int],
+                   cpu_sizes: Sequence[int]) -> list[dict[str, Any]]:
+    """The GPU rows, or without a GPU a line saying why and the (smaller) CPU rows."""
+    reason = gpu_unavailable()
+    if reason is not None:
+        print(f"no GPU: {reason}; GPU rows skipped, NumPy (CPU) rows only")
+        return cpu_rows(list(args.sizes or cpu_sizes), args.repeat)
+    return gpu_rows(list(args.sizes or gpu_sizes), args.repeat, not args.no_futhark)
+
+
+def main_for(module: Any, columns: Sequence[str], sort_key: Callable[[dict[str, Any]], Any],
+             argv: list[str] | None = None) -> None:
+    """``python -m pybridge.bench.<module>``: parse ``module``'s arguments, run it, print the table."""
+    name = module.__spec__.name if getattr(module, "__spec__", None) else module.__name__  # not "__main__"
+    parser = argparse.ArgumentParser(prog=f"python -m {name}", description=module.HELP)
+    module.add_arguments(parser)
+    rows = module.run(parser.parse_args(argv))
+    print(format_rows(sorted(rows, key=sort_key), columns))

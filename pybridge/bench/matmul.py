@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .gpu import format_rows, futhark_cuda, gpu_unavailable, host_timing, time_device
+from .gpu import add_size_arguments, futhark_cuda, host_timing, main_for, run_gpu_or_cpu, time_device, with_share
 
 HELP = "float32 matmul: pybridge kernel, Futhark, cuBLAS SGEMM (no TF32) and TF32 (TFLOP/s, % of cuBLAS)"
 
@@ -30,11 +31,7 @@ SGEMM = "cuBLAS SGEMM (CuPy)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sizes", type=int, nargs="+", metavar="N", default=None,
-                        help=f"matrix sizes (default {' '.join(map(str, DEFAULT_SIZES))}; "
-                        f"without a GPU {' '.join(map(str, CPU_SIZES))})")
-    parser.add_argument("--repeat", type=int, default=10, help="timed samples per row (median reported)")
-    parser.add_argument("--no-futhark", action="store_true", help="leave out Futhark's rows")
+    add_size_arguments(parser, "matrix sizes", "N", DEFAULT_SIZES, CPU_SIZES, 10)
 
 
 def _row(impl: str, n: int, seconds: float, timer: str, err: float = float("nan")) -> dict[str, Any]:
@@ -43,11 +40,7 @@ def _row(impl: str, n: int, seconds: float, timer: str, err: float = float("nan"
 
 
 def _with_cublas_share(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    ref = {r["size"]: r["TFLOP/s"] for r in rows if r["impl"] == SGEMM}
-    for r in rows:
-        if r["size"] in ref:
-            r["% of cuBLAS"] = 100.0 * r["TFLOP/s"] / ref[r["size"]]
-    return rows
+    return with_share(rows, "TFLOP/s", lambda r: r["impl"] == SGEMM, "% of cuBLAS")
 
 
 def _cpu_rows(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
@@ -147,22 +140,14 @@ def _gpu_rows(sizes: list[int], repeat: int, futhark: bool) -> list[dict[str, An
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    reason = gpu_unavailable()
-    if reason is not None:
-        print(f"no GPU: {reason}; GPU rows skipped, NumPy (CPU) rows only")
-        return _cpu_rows(list(args.sizes or CPU_SIZES), args.repeat)
-    return _gpu_rows(list(args.sizes or DEFAULT_SIZES), args.repeat, not args.no_futhark)
+    return run_gpu_or_cpu(args, _gpu_rows, _cpu_rows, DEFAULT_SIZES, CPU_SIZES)
 
 
 COLUMNS = ("benchmark", "size", "impl", "median_us", "TFLOP/s", "% of cuBLAS", "rel err", "timer")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pybridge.bench.matmul", description=HELP)
-    add_arguments(parser)
-    rows = run(parser.parse_args(argv))
-    rows.sort(key=lambda r: r["size"])
-    print(format_rows(rows, COLUMNS))
+    main_for(sys.modules[__name__], COLUMNS, lambda r: r["size"], argv)
 
 
 if __name__ == "__main__":
