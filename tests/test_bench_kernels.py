@@ -45,3 +45,13 @@ def test_shares_and_table() -> None:
     assert [r.get("%") for r in rows] == [100.0, 50.0, None]
     text = gpu.format_rows(rows, ["impl", "size", "x", "%"])
     assert text.splitlines()[0].split() == ["impl", "size", "x", "%"] and text.splitlines()[-1].split()[-1] == "-"
+
+
+def test_through_pybridge_bench(no_gpu: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """`pybridge bench bandwidth|matmul --quick` dispatches to these modules."""
+    from pybridge.bench import cli
+
+    assert cli.main(["bandwidth", "--quick", "--sizes", "10"]) == 0
+    assert cli.main(["matmul", "--quick", "--sizes", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "% of copy" in out and "% of cuBLAS" in out

@@ -152,12 +152,15 @@ def add_size_arguments(parser: argparse.ArgumentParser, what: str, metavar: str,
 def run_gpu_or_cpu(args: argparse.Namespace, gpu_rows: Callable[[list[int], int, bool], list[dict[str, Any]]],
                    cpu_rows: Callable[[list[int], int], list[dict[str, Any]]], gpu_sizes: Sequence[int],
                    cpu_sizes: Sequence[int]) -> list[dict[str, Any]]:
-    """The GPU rows, or without a GPU a line saying why and the (smaller) CPU rows."""
+    """The GPU rows, or without a GPU a line saying why and the (smaller) CPU rows. ``args.quick``
+    (``pybridge bench --quick``): the CPU sizes and at most 3 samples, GPU or not."""
+    quick = bool(getattr(args, "quick", False))
+    repeat = min(args.repeat, 3) if quick else args.repeat
     reason = gpu_unavailable()
     if reason is not None:
         print(f"no GPU: {reason}; GPU rows skipped, NumPy (CPU) rows only")
-        return cpu_rows(list(args.sizes or cpu_sizes), args.repeat)
-    return gpu_rows(list(args.sizes or gpu_sizes), args.repeat, not args.no_futhark)
+        return cpu_rows(list(args.sizes or cpu_sizes), repeat)
+    return gpu_rows(list(args.sizes or (cpu_sizes if quick else gpu_sizes)), repeat, not args.no_futhark)
 
 
 def main_for(module: Any, columns: Sequence[str], sort_key: Callable[[dict[str, Any]], Any],
