@@ -30,8 +30,8 @@ def test_cpu_rows(no_gpu: None, capsys: pytest.CaptureFixture[str], module, size
         assert {"benchmark", "impl", "size", "median_us", metric, share} <= set(r)
         assert r["median_us"] > 0 and r[metric] > 0
     if module is bandwidth:
-        assert {r["benchmark"] for r in rows} == {"copy", "saxpy", "sum", "scan"}
-        assert all(r["% of copy"] == pytest.approx(100.0) for r in rows if r["benchmark"] == "copy")
+        assert {r["benchmark"] for r in rows} == {f"bandwidth: {op}" for op in ("copy", "saxpy", "sum", "scan")}
+        assert all(r["% of copy"] == pytest.approx(100.0) for r in rows if r["op"] == "copy")
     else:
         assert all(r["rel err"] < 1e-5 for r in rows)  # NumPy's float32 product against float64
     module.main(["--sizes", sizes[0], "--repeat", "1"])
@@ -55,3 +55,11 @@ def test_through_pybridge_bench(no_gpu: None, capsys: pytest.CaptureFixture[str]
     assert cli.main(["matmul", "--quick", "--sizes", "8"]) == 0
     out = capsys.readouterr().out
     assert "% of copy" in out and "% of cuBLAS" in out
+
+
+def test_target_marks() -> None:
+    rows = [{"impl": "pybridge Kernel", "size": 2048, "%": 80.0}, {"impl": "pybridge launcher", "size": 2048, "%": 70.0},
+            {"impl": "cuBLAS", "size": 2048, "%": 100.0}, {"impl": "pybridge Kernel", "size": 64, "%": 10.0}]
+    gpu.mark_target(rows, "%", 75.0, lambda r: r["size"] >= 2048)
+    assert [r.get("target_met") for r in rows] == [True, False, None, None]
+    assert rows[0]["pct_of_reference"] == 80.0
