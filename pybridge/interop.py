@@ -21,6 +21,7 @@ default stream, any other int = a CUstream handle; 0 is disallowed (ambiguous).
 from __future__ import annotations
 
 import ctypes
+import operator
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -63,6 +64,8 @@ KDLCUDAMANAGED = 13
 # CAI stream values with a fixed meaning.
 LEGACY_DEFAULT_STREAM = 1
 PER_THREAD_DEFAULT_STREAM = 2
+# Pointers are 64-bit addresses: anything outside [0, 2**64) cannot be packed for a launch.
+_ADDRESS_LIMIT = 2**64
 
 
 @dataclass(frozen=True)
@@ -141,12 +144,28 @@ def cai_info(obj: Any, cai: Mapping[str, Any] | None = None) -> ArrayInfo | None
     if not isinstance(cai, Mapping):
         raise TypeError(f"__cuda_array_interface__ of {type(obj).__name__} is not a dict")
     try:
-        shape = tuple(int(d) for d in cai["shape"])
+        # operator.index: a float extent or pointer is an error, not silently truncated.
+        shape = tuple(operator.index(d) for d in cai["shape"])
+    except (KeyError, TypeError) as e:
+        raise TypeError(f"__cuda_array_interface__ of {type(obj).__name__}: shape must be a tuple of ints: {e!r}") from e
+    try:
         typestr = cai["typestr"]
         ptr, readonly = cai["data"]
         version = int(cai.get("version", 0))
     except (KeyError, TypeError, ValueError) as e:
         raise TypeError(f"malformed __cuda_array_interface__ from {type(obj).__name__}: {e!r}") from e
+    if any(d < 0 for d in shape):
+        raise ValueError(f"__cuda_array_interface__ of {type(obj).__name__}: negative extent in shape {shape}")
+    if ptr is not None:
+        try:
+            ptr = operator.index(ptr)
+        except TypeError:
+            raise TypeError(
+                f"__cuda_array_interface__ of {type(obj).__name__}: the data pointer must be an int, "
+                f"got {type(ptr).__name__} {ptr!r}"
+            ) from None
+        if not 0 <= ptr < _ADDRESS_LIMIT:
+            raise ValueError(f"__cuda_array_interface__ of {type(obj).__name__}: data pointer {ptr} is not an address")
     if cai.get("mask") is not None:
         raise TypeError(f"masked arrays ({type(obj).__name__} with a CAI mask) are not supported")
     dtype = _dtype_from_typestr(typestr)
@@ -168,7 +187,7 @@ def cai_info(obj: Any, cai: Mapping[str, Any] | None = None) -> ArrayInfo | None
     if version < 3:
         stream = None  # v2 and older carry no stream: the producer has synchronised
     return ArrayInfo(
-        ptr=int(ptr) if ptr is not None else 0,
+        ptr=ptr if ptr is not None else 0,
         shape=shape,
         strides=strides,
         dtype=dtype,
@@ -207,7 +226,7 @@ def plain_cai_of(cai: Any, typestr: str) -> tuple[int, bool, tuple[int, ...], in
     if type(shape) is not tuple or type(data) is not tuple or len(data) != 2:
         return None
     ptr, readonly = data
-    if type(ptr) is not int or type(readonly) is not bool:
+    if type(ptr) is not int or type(readonly) is not bool or not 0 <= ptr < _ADDRESS_LIMIT:
         return None
     if stream is not None and (type(stream) is not int or stream == 0):
         return None

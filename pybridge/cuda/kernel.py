@@ -172,7 +172,10 @@ def _check_pointer(plan: _Plan, p: Param, a: Any, expected: int | None, values: 
         )
     if a is None or isinstance(a, (int, float, bool, np.generic)):
         raise TypeError(f"{where()}: expected a device array, got {type(a).__name__} {a!r}")
-    described = describe_array(a)
+    try:
+        described = describe_array(a)
+    except (TypeError, ValueError) as e:  # a malformed interface: say which argument carried it
+        raise type(e)(f"{where()}: {e}") from e
     if described is None:
         raise TypeError(
             f"{where()}: expected a device array (__cuda_array_interface__ or DLPack), got {type(a).__name__}"
