@@ -107,6 +107,8 @@ def _convert_scalar(kernel: str, p: Param, value: Any) -> Any:
         value = value[()]
     if hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack__") and not isinstance(value, np.generic):
         raise TypeError(f"{where}: expected a scalar, got {type(value).__name__}")
+    if isinstance(value, (np.timedelta64, np.datetime64)):  # np.timedelta64 is an np.integer
+        raise TypeError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
     dt = p.dtype
     if dt.kind == "b":
         if not isinstance(value, (bool, np.bool_)):
@@ -125,9 +127,13 @@ def _convert_scalar(kernel: str, p: Param, value: Any) -> Any:
     if dt.kind == "f":
         if not isinstance(value, (int, float, np.integer, np.floating)):
             raise TypeError(f"{where}: expected a real number, got {type(value).__name__} {value!r}")
-        with np.errstate(over="ignore"):
-            converted = dt.type(value)
-        if np.isinf(converted) and np.isfinite(float(value)):
+        try:
+            with np.errstate(over="ignore"):
+                converted = dt.type(value)
+            overflows = bool(np.isinf(converted)) and bool(np.isfinite(float(value)))
+        except OverflowError:  # an int beyond any float ("int too large to convert to float")
+            overflows = True
+        if overflows:
             raise ValueError(f"{where}: {value!r} overflows {dt.name}")
         if dt == np.float16:
             return int(np.asarray(converted).view(np.uint16))
