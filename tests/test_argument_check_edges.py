@@ -182,3 +182,4 @@ def test_a_launch_configuration_is_never_truncated_or_a_struct_error(kwargs: dic
 def test_numpy_integers_still_make_a_configuration() -> None:
     c = LaunchConfig(grid=np.int64(3), block=(np.int32(32), 2), shared_mem=np.uint32(128))
     assert (c.grid, c.block, c.shared_mem) == ((3, 1, 1), (32, 2, 1), 128)
+    assert LaunchConfig(grid=np.array([4, 2]), block=np.array(32)).grid == (4, 2, 1)

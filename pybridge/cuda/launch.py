@@ -10,6 +10,7 @@ negative sizes, more than 1024 threads per block, grid.y or grid.z above 65535) 
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
 # Dynamic shared memory beyond 48 KiB needs a per-kernel opt-in; Hopper allows up to 227 KiB.
 DEFAULT_MAX_SHARED = 48 * 1024
+MAX_SHARED_MEM = 2**32 - 1  # what fits cuLaunchKernel's unsigned int (the device refuses far less)
 
 _LAUNCH_STRUCT = struct.Struct("=7I")
 
@@ -36,13 +38,15 @@ _LAUNCH_STRUCT = struct.Struct("=7I")
 def _dim3(value: Dim3, what: str) -> tuple[int, int, int]:
     if isinstance(value, (bool, str, bytes)):
         raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints, not {type(value).__name__}")
-    if isinstance(value, int) or hasattr(value, "__index__"):
-        dims = [int(value)]
-    else:
+    try:
+        # operator.index, not int(): a float such as 2.5 is refused, not truncated. A NumPy
+        # array has __index__ too, which only 0-d ones honour: the others are sequences.
         try:
-            dims = [int(v) for v in value]
-        except (TypeError, ValueError):
-            raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints, got {value!r}") from None
+            dims = [operator.index(value)]  # type: ignore[arg-type]
+        except TypeError:
+            dims = [operator.index(v) for v in value]  # type: ignore[union-attr]
+    except TypeError:
+        raise LaunchError(f"{what} must be an int or a tuple of up to 3 ints, got {value!r}") from None
     if not 1 <= len(dims) <= 3:
         raise LaunchError(f"{what} must have 1 to 3 dimensions, got {value!r}")
     dims += [1] * (3 - len(dims))
@@ -74,15 +78,19 @@ class LaunchConfig:
         threads = b[0] * b[1] * b[2]
         if threads > MAX_THREADS_PER_BLOCK:
             raise LaunchError(f"block {b} has {threads} threads, above the limit {MAX_THREADS_PER_BLOCK}")
-        if isinstance(shared_mem, bool) or int(shared_mem) < 0:
-            raise LaunchError(f"shared_mem must be a non-negative number of bytes, got {shared_mem!r}")
+        try:
+            shared = -1 if isinstance(shared_mem, bool) else operator.index(shared_mem)
+        except TypeError:
+            shared = -1
+        if not 0 <= shared <= MAX_SHARED_MEM:  # cuLaunchKernel takes an unsigned int
+            raise LaunchError(f"shared_mem must be a whole number of bytes in [0, {MAX_SHARED_MEM}], got {shared_mem!r}")
         object.__setattr__(self, "grid", g)
         object.__setattr__(self, "block", b)
-        object.__setattr__(self, "shared_mem", int(shared_mem))
+        object.__setattr__(self, "shared_mem", shared)
         # What cuLaunchKernel takes, in its order, flattened once, and as 7 native unsigned ints
         # (the direct launch path hands these bytes to C: pybridge.cuda._cshim.pb_launch_cfg).
-        object.__setattr__(self, "launch_args", (*g, *b, int(shared_mem)))
-        object.__setattr__(self, "launch_bytes", _LAUNCH_STRUCT.pack(*g, *b, int(shared_mem)))
+        object.__setattr__(self, "launch_args", (*g, *b, shared))
+        object.__setattr__(self, "launch_bytes", _LAUNCH_STRUCT.pack(*g, *b, shared))
 
     @property
     def threads_per_block(self) -> int:
