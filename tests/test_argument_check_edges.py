@@ -183,3 +183,40 @@ def test_numpy_integers_still_make_a_configuration() -> None:
     c = LaunchConfig(grid=np.int64(3), block=(np.int32(32), 2), shared_mem=np.uint32(128))
     assert (c.grid, c.block, c.shared_mem) == ((3, 1, 1), (32, 2, 1), 128)
     assert LaunchConfig(grid=np.array([4, 2]), block=np.array(32)).grid == (4, 2, 1)
+
+
+# ------------------------------------------------------------------ pybridge bench inputs
+
+
+def test_timing_refuses_an_empty_or_negative_batch() -> None:
+    """Found: measure(calls=-5) reported a negative median (time / -5); calls=0 a ZeroDivisionError."""
+    from pybridge.bench.timing import measure
+
+    for calls, repeat in ((-5, 3), (0, 3), (10, 0)):
+        with pytest.raises(ValueError, match="at least 1"):
+            measure(lambda: None, calls=calls, repeat=repeat)
+
+
+@pytest.mark.parametrize("argv", [["overhead", "--calls", "-5"], ["overhead", "--calls", "0"], ["overhead", "--n", "0"],
+                                  ["exchange", "--n", "-1"], ["fusion", "--sizes", "0", "1024"]])
+def test_bench_refuses_counts_below_one_by_name(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Found: --calls -5 timed nothing and printed negative figures; --calls 0 silently meant the default."""
+    from pybridge.bench.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "expected a number >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rows", [[1, "x"], [{"benchmark": "x"}], [{"impl": 3, "benchmark": "x"}]])
+def test_bench_report_refuses_rows_that_are_no_rows(rows: list, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found: a JSON file whose rows were not benchmark rows crashed `pybridge bench report` with a
+    traceback (TypeError / KeyError) instead of the one-line refusal other bad files get."""
+    import json
+
+    from pybridge.bench.cli import main
+
+    bad = tmp_path / "rows.json"
+    bad.write_text(json.dumps({"rows": rows}))
+    assert main(["report", str(bad)]) == 2
+    assert "row 0 is not a benchmark row" in capsys.readouterr().err

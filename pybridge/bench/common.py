@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
 from ..paths import find_build_file
+
+
+def positive_int(text: str) -> int:
+    """argparse type of counts and sizes: 0 or a negative number would time nothing (or divide by it)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
 
 
 def row(benchmark: str, impl: str, size: int | None, stats: dict[str, float] | None, **extra: Any) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import gpu_status, optional, probe_library, pycuda_status, row, skipped
+from .common import gpu_status, optional, positive_int, probe_library, pycuda_status, row, skipped
 from .timing import Progress, measure
 
 HELP = "zero-copy exchange with CuPy / PyTorch / numba (CAI, DLPack) vs the copying path"
@@ -31,7 +31,7 @@ PYBRIDGE_SIDE = "pybridge side"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n", type=int, default=1 << 20, help="elements per array (f32)")
+    p.add_argument("--n", type=positive_int, default=1 << 20, help="elements per array (f32)")
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import gpu_status, optional, pycuda_status, row, skipped
+from .common import gpu_status, optional, positive_int, pycuda_status, row, skipped
 from .timing import Progress, summarize, time_cuda_events, time_host
 
 HELP = "fusion curve: a chain of N elementwise ops, Futhark vs hand-fused/unfused kernels vs CuPy/PyTorch eager"
@@ -26,7 +26,7 @@ A = np.float32(1.0001)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sizes", type=int, nargs="+", default=None, help="elements (default 1024 and 2^24)")
+    p.add_argument("--sizes", type=positive_int, nargs="+", default=None, help="elements (default 1024 and 2^24)")
 
 
 def _eager(x: Any, n: int, mul_add: Any) -> Any:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .cdriver import DriverUnavailable, run_driver
-from .common import cuda_sync, gpu_status, optional, probe_library, pycuda_status, row, skipped
+from .common import cuda_sync, gpu_status, optional, positive_int, probe_library, pycuda_status, row, skipped
 from .timing import Progress, measure
 
 HELP = "per-call host overhead: Futhark entry points and CUDA launches vs bare cffi, futhark-ffi, CuPy, C loops"
@@ -40,8 +40,8 @@ C_LAUNCH, C_LAUNCHER, GRAPH = "C loop cuLaunchKernel", "C loop launch_saxpy", "C
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=None, help="Futhark backend (default: cuda with a GPU, else c)")
-    p.add_argument("--calls", type=int, default=None, help="calls per timed batch")
-    p.add_argument("--n", type=int, default=4096, help="CUDA saxpy length (small: host-bound)")
+    p.add_argument("--calls", type=positive_int, default=None, help="calls per timed batch")
+    p.add_argument("--n", type=positive_int, default=4096, help="CUDA saxpy length (small: host-bound)")
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:

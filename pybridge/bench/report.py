@@ -245,6 +245,9 @@ def read_json(paths: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         data = json.loads(Path(path).read_text())
         if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
             raise ValueError(f"{path}: not a `pybridge bench --json` file (no rows)")
+        for i, r in enumerate(data["rows"]):
+            if not isinstance(r, dict) or not isinstance(r.get("benchmark"), str) or not isinstance(r.get("impl"), str):
+                raise ValueError(f"{path}: row {i} is not a benchmark row (a dict with 'benchmark' and 'impl'): {r!r}")
         rows += data["rows"]
         meta = meta or dict(data.get("meta") or {})
     return rows, meta

@@ -77,6 +77,8 @@ def time_per_call(fn: Callable[[], Any], sync: Callable[[], Any] | None = None, 
 def _batch_samples(fn: Callable[[], Any], sync: Callable[[], Any] | None, calls: int, repeat: int,
                    warmup: int) -> list[float]:
     """Seconds per call of ``repeat`` batches of ``calls`` calls, one sync per batch, after warm-up."""
+    if calls < 1 or repeat < 1:
+        raise ValueError(f"calls and repeat must be at least 1, got calls={calls}, repeat={repeat}")
     for _ in range(warmup):
         fn()
     if sync:
