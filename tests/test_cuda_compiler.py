@@ -504,3 +504,27 @@ def test_a_bare_name_needs_a_module_compiled_from_source() -> None:
     mod = Module(handle=None, path=Path("build/cuda/saxpy.cubin"), name="saxpy")
     with pytest.raises(ValueError, match="not compiled from source.*pass the whole declaration"):
         mod.kernel("saxpy")
+
+
+# ------------------------------------------------------------------------------------- review: hostile paths
+
+
+def test_a_missing_cu_file_is_file_not_found_not_a_syntax_error(cache: Path, tmp_path: Path) -> None:
+    """Found: build_source("my_kernels.cu") with no such file compiled the name itself as CUDA C
+    and reported 'this declaration has no storage class' in <string>."""
+    missing = str(tmp_path / "my_kernels.cu")
+    for source in ("my_kernels.cu", missing, "  kernels.cuh "):
+        with pytest.raises(FileNotFoundError, match="no such file"):
+            C.build_source(source, arch="sm_90")
+
+
+@needs_nvcc
+def test_a_backslash_in_the_file_name_reaches_the_diagnostics_intact(cache: Path, tmp_path: Path) -> None:
+    """Found: the #line directive put the path into a C string unescaped ('\\s' is an escape)."""
+    d = tmp_path / "back\\slash"
+    d.mkdir()
+    src = d / "bad.cu"
+    src.write_text('extern "C" __global__ void k(float* x) { x[0] = undefined_name; }\n')
+    with pytest.raises(C.CompileError) as e:
+        C.build_source(src, arch="sm_90")
+    assert e.value.file == str(src) and e.value.line == 1, e.value.diagnostics

@@ -299,7 +299,8 @@ class _Job:
 
     @property
     def compile_text(self) -> str:
-        return f'#line 1 "{self.display}"\n{self.text}'
+        quoted = self.display.replace("\\", "\\\\").replace('"', '\\"')  # a C string literal
+        return f'#line 1 "{quoted}"\n{self.text}'
 
     @property
     def flags(self) -> list[str]:
@@ -334,6 +335,10 @@ def build_source(
             raise FileNotFoundError(f"source: no such file {path}")
         text, display, default_name = path.read_text(), str(path), path.stem
         dirs = [str(path.parent)]
+    elif isinstance(source, str) and "\n" not in source and source.strip().endswith((".cu", ".cuh")):
+        # One line naming a .cu file is never CUDA C: the file is missing (compiling the name as
+        # source would report a syntax error in "<string>").
+        raise FileNotFoundError(f"source: no such file {source.strip()!r} (a str ending in .cu names a file)")
     elif isinstance(source, str):
         text, display, default_name, path, dirs = source, "<string>", "source", None, []
     else:
@@ -400,9 +405,14 @@ class _Cache:
                     return str(record["key"])
             except (OSError, ValueError, KeyError, TypeError):
                 pass  # no record, or an unreadable one: ask nvcc
-        hashed = self._hash_headers(self._headers(job))
+        headers = self._headers(job)
+        hashed = self._hash_headers(headers)
         if hashed is None:
-            raise CompileError(f"a header of {job.display} vanished while it was being read; try again")
+            missing = [str(h) for h in headers if not h.is_file()]
+            raise CompileError(
+                f"nvcc -MM lists headers of {job.display} that cannot be read: {', '.join(missing) or '?'} "
+                "(removed meanwhile, or a path nvcc rewrote: it turns '\\' into '/'); try again, or rename the path"
+            )
         key = self._full_key(job, hashed)
         _write_atomic(direct, json.dumps({"key": key, "headers": hashed}).encode())
         return key
