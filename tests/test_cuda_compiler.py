@@ -528,3 +528,36 @@ def test_a_backslash_in_the_file_name_reaches_the_diagnostics_intact(cache: Path
     with pytest.raises(C.CompileError) as e:
         C.build_source(src, arch="sm_90")
     assert e.value.file == str(src) and e.value.line == 1, e.value.diagnostics
+
+
+@needs_nvcc
+def test_readers_never_lose_an_entry_while_it_is_rebuilt(cache: Path) -> None:
+    """Found: rebuild=True moved the entry aside before renaming the new one in, so a thread that
+    had just found it complete (readers take no lock) got FileNotFoundError reading its cubin."""
+    source = fresh()
+    C.build_source(source, arch="sm_90")
+    errors: list[str] = []
+    reads = [0]
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                built = C.build_source(source, arch="sm_90")
+                assert built.cubin.read_bytes()[:4] == b"\x7fELF" and built.ptx.read_bytes() and built.source
+                reads[0] += 1
+            except Exception as e:  # noqa: BLE001 - collected and reported below
+                errors.append(repr(e))
+
+    readers = [threading.Thread(target=reader) for _ in range(3)]
+    for t in readers:
+        t.start()
+    try:
+        for _ in range(3):
+            assert not C.build_source(source, arch="sm_90", rebuild=True).from_cache
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert errors == [] and reads[0] > 0
+    assert len(entries(cache)) == 1

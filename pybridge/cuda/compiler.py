@@ -450,16 +450,19 @@ class _Cache:
                 meta = {"name": job.name, "source": job.display, "arch": job.sm, "options": list(job.options),
                         "include_dirs": list(job.include_dirs), "nvcc": job.nvcc, "log": log, "compiled_by": compiled_by}
                 (tmp / "entry.json").write_text(json.dumps(meta, indent=1))
-                if entry.exists():  # incomplete, or rebuild=True: move it aside, then drop it
-                    stale = Path(tempfile.mkdtemp(prefix=f".stale-{key[:12]}-", dir=self.root))
-                    os.replace(entry, stale / "entry")
-                    shutil.rmtree(stale, ignore_errors=True)
-                try:
-                    os.replace(tmp, entry)
-                except OSError:
-                    # Only without flock can another writer get here first; its entry is as good.
-                    if not self._complete(entry):
-                        raise
+                if entry.is_dir():
+                    # Incomplete, or rebuild=True: replace it file by file (each rename atomic),
+                    # never moving it away: readers that found it complete (they take no lock)
+                    # may be reading its files right now. Same key, so old and new are equivalent.
+                    for f in _ENTRY_FILES:
+                        os.replace(tmp / f, entry / f)
+                else:
+                    try:
+                        os.replace(tmp, entry)
+                    except OSError:
+                        # Only without flock can another writer get here first; its entry is as good.
+                        if not self._complete(entry):
+                            raise
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         return self._result(job, entry, False)
