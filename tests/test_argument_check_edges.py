@@ -220,3 +220,67 @@ def test_bench_report_refuses_rows_that_are_no_rows(rows: list, tmp_path: Any, c
     bad.write_text(json.dumps({"rows": rows}))
     assert main(["report", str(bad)]) == 2
     assert "row 0 is not a benchmark row" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ prepared launches and stream order
+
+
+def _arrays(n: int) -> list[Any]:
+    from pybridge.cuda.arrays import DeviceArray
+    from pybridge.interop import ArrayInfo
+
+    return [DeviceArray(ArrayInfo(256 * (i + 1), (n,), (4,), np.dtype(np.float32)), owner=None) for i in range(3)]
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """cuStreamWaitEvent ordering recorded instead of run (no GPU here); launches recorded as 0."""
+    from pybridge.cuda import _driver
+    import pybridge.cuda.kernel as kmod
+    import pybridge.cuda.launchers as lmod
+
+    got: list[tuple[int, int]] = []
+    monkeypatch.setattr(_driver, "stream_wait", lambda target, producer, what="": got.append((target, producer)))
+    monkeypatch.setattr(kmod, "ensure_context", lambda device=0: None)
+    monkeypatch.setattr(lmod, "ensure_context", lambda device=0: None)
+    return got
+
+
+def test_a_prepared_launch_waits_for_work_queued_on_its_arrays_since(waits: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: p() replayed with no ordering at all, so when an array it uses was written on another
+    stream after prepare(), the replay raced with that work (a checked launch waits for it), and
+    the array's pending stream was left pointing past the replay."""
+    from pybridge.cuda.kernel import Kernel
+    from pybridge.cuda.launchers import Launcher
+    from pybridge.cuda.streams import Stream
+
+    class Fn:
+        def prepare(self, fmt: str) -> None:
+            pass
+
+    launched: list[int] = []
+    k = Kernel(Fn(), SAXPY)  # no module: the checked PyCUDA path, which p() must match in ordering
+    monkeypatch.setattr(k, "launch", lambda config, args, stream=None: launched.append(1))
+    s1, s2 = Stream.external(0x1000), Stream.external(0x2000)
+    x, y, out = _arrays(8)
+    k._direct = (lambda *a: launched.append(2) or 0, 0xF00D, struct.Struct("@fPPPq").pack, 40)
+    p = k.prepare(2.0, x, y, out, 8, grid=1, block=32, stream=s1)
+    out._pending = s2  # another launch wrote `out` on s2 since (what a checked launch on s2 leaves)
+    waits.clear()
+    p()
+    assert (s1.cai_stream, s2.cai_stream) in waits and launched[-1] == 2
+    assert out._pending is s1  # a later consumer on s2 now waits for the replay
+    waits.clear()
+    p()
+    assert waits == []  # nothing changed since: the replay costs no ordering
+
+    class LauncherOwner:
+        def error_string(self, rc: int) -> str:
+            return "?"
+
+    lz = Launcher(LauncherOwner(), SAXPY, lambda *a: 0)
+    replay = lz.prepare(2.0, x, y, out, 8, stream=s1)
+    out._pending = s2
+    waits.clear()
+    replay()
+    assert (s1.cai_stream, s2.cai_stream) in waits and out._pending is s1

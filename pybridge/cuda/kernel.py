@@ -33,7 +33,9 @@ once, orders them after their producers once, keeps them alive, packs them, and 
 the launch with no per-call check (the documented fast form for loops that launch the same
 arguments again and again: only the C call is left). The checks still hold on every replay: the
 arrays are held by ``p`` (their pointers, sizes and dtypes cannot change), and replays queue on
-the one stream ``s``, so stream order covers what the pending-stream tracking did per call.
+the one stream ``s``, so stream order covers what the pending-stream tracking did per call; when one
+of our DeviceArrays was used on another stream since, ``p()`` first waits for that stream (one
+identity test per array otherwise). ``p.raw`` skips even that: keep such arrays on ``s``.
 """
 
 from __future__ import annotations
@@ -587,6 +589,23 @@ def order_after_producers(target: int, producers: Sequence[int], what: str,
             return
 
 
+def reorder_replay(ours: Sequence[Any], stream: Any, what: str) -> None:
+    """Before replaying a prepared launch on ``stream``: wait for the streams its DeviceArrays
+    were used on since (pending elsewhere), then mark them pending on ``stream`` again, exactly
+    what a checked launch does per call. Prepared replays call it only when some array's pending
+    stream is not ``stream``, so a loop that replays alone pays one identity test per array."""
+    target = stream._handle or 1
+    producers = []
+    for arr in ours:
+        pending = arr._pending
+        if pending is not None and pending is not stream:
+            cs = pending._handle or 1
+            if cs not in producers:
+                producers.append(cs)
+        arr._pending = stream
+    order_after_producers(target, producers, what, ensure_context)
+
+
 def _direct_launch(function: Any) -> Callable[..., Any] | None:
     """``launch(grid, block, stream, values, shared_mem)`` through PyCUDA's ``_launch_kernel``, or
     None where that is not certain to be what ``prepared_async_call`` would do (not a PyCUDA
@@ -869,6 +888,11 @@ class PreparedLaunch:
         if raw is None:  # no direct path here: a checked launch of the same arguments
             self.kernel.launch(self.config, self.args[: self.kernel._plan.nparams], stream=self.stream)
             return
+        s = self.stream
+        for arr in self._ours:
+            if arr._pending is not s:  # used on another stream since: order after it, as k(...) would
+                reorder_replay(self._ours, s, self.kernel.name)
+                break
         rc = raw()
         if rc:
             self.kernel._raise_launch(rc, self.config)

@@ -27,7 +27,7 @@ from typing import Any
 from .. import paths
 from .context import ensure_context
 from .errors import error_for_code
-from .kernel import order_after_producers, order_before, plan_for
+from .kernel import order_after_producers, order_before, plan_for, reorder_replay
 from .signature import KernelSignature, parse_signature
 from .streams import DEFAULT_STREAM, as_stream
 
@@ -122,8 +122,13 @@ class Launcher:
         raw = functools.partial(self._cfunc, *bound.values, s._handle)
         keep = (args, bound.keepalive)
         fail = self._raise
+        ours, name = bound.device_arrays, self.signature.name
 
         def replay() -> None:
+            for arr in ours:
+                if arr._pending is not s:  # used on another stream since (see PreparedLaunch)
+                    reorder_replay(ours, s, name)
+                    break
             rc = raw()
             if rc:
                 fail(rc)
