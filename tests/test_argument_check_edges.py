@@ -284,3 +284,21 @@ def test_a_prepared_launch_waits_for_work_queued_on_its_arrays_since(waits: list
     waits.clear()
     replay()
     assert (s1.cai_stream, s2.cai_stream) in waits and out._pending is s1
+
+
+def test_half_a_launch_configuration_is_not_silently_replaced_by_the_default() -> None:
+    """Found: with a default_config, k(..., grid=100) (block forgotten) launched the default grid,
+    and shared_mem= alone was dropped, with no word."""
+    from pybridge.cuda.kernel import Kernel
+
+    class Fn:
+        def prepare(self, fmt: str) -> None:
+            pass
+
+    k = Kernel(Fn(), SAXPY, default_config=LaunchConfig(grid=4, block=128))
+    for kwargs in (dict(grid=100), dict(block=64)):
+        with pytest.raises(LaunchError, match="grid= and block="):
+            k._config(kwargs.get("grid"), kwargs.get("block"), 0)
+    c = k._config(None, None, 512)
+    assert (c.grid, c.block, c.shared_mem) == ((4, 1, 1), (128, 1, 1), 512)
+    assert k._config(None, None, 0) is k.default_config

@@ -708,9 +708,12 @@ class Kernel:
     def _config(self, grid: Dim3 | None, block: Dim3 | None, shared_mem: int) -> LaunchConfig:
         """The launch configuration of grid= / block= (or the kernel's default)."""
         if grid is None or block is None:
-            if self.default_config is None:
+            default = self.default_config
+            if default is None or grid is not None or block is not None:  # half a configuration
                 raise LaunchError(f"kernel {self.name}: give grid= and block= (or config=)", kernel=self.name)
-            return self.default_config
+            if shared_mem != 0:  # the default grid and block with this launch's shared memory
+                return _config_for(default.grid, default.block, shared_mem)
+            return default
         return _config_for(grid, block, shared_mem)
 
     def __call__(self, *args: Any, grid: Dim3 | None = None, block: Dim3 | None = None,
