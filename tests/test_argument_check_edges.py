@@ -302,3 +302,13 @@ def test_half_a_launch_configuration_is_not_silently_replaced_by_the_default() -
     c = k._config(None, None, 512)
     assert (c.grid, c.block, c.shared_mem) == ((4, 1, 1), (128, 1, 1), 512)
     assert k._config(None, None, 0) is k.default_config
+
+
+@pytest.mark.parametrize("shape", [(2.5,), 2.5, (3, 1.0), "ab", None])
+def test_empty_refuses_a_shape_of_floats_before_touching_the_gpu(shape: Any) -> None:
+    """Found: cuda.empty((2.5,)) allocated 2 elements (int() truncation)."""
+    from pybridge.cuda.arrays import _shape_tuple, empty
+
+    with pytest.raises(TypeError, match="shape"):
+        empty(shape)
+    assert _shape_tuple(np.array([2, 3])) == (2, 3) and _shape_tuple(np.int64(4)) == (4,) == _shape_tuple(np.array(4))

@@ -17,6 +17,8 @@ a TypeError that points at :func:`to_device`.
 
 from __future__ import annotations
 
+import operator
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -301,6 +303,18 @@ def _dtype(dtype: Any) -> np.dtype:
     return dt
 
 
+def _shape_tuple(shape: Any) -> tuple[int, ...]:
+    """``shape`` (an int or a sequence of ints) as a tuple; a float such as 2.5 is a TypeError,
+    not truncated to 2."""
+    try:
+        try:
+            return (operator.index(shape),)
+        except TypeError:  # a sequence (a 1-d NumPy array too: only 0-d ones are indexes)
+            return tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"shape: expected an int or a sequence of ints, got {shape!r}") from None
+
+
 def empty(shape: int | Sequence[int], dtype: Any = np.float32) -> DeviceArray:
     """An uninitialised C-contiguous device array.
 
@@ -320,14 +334,12 @@ def empty(shape: int | Sequence[int], dtype: Any = np.float32) -> DeviceArray:
     are plain allocations, and callers who want no allocation per call pass ``out=``.
     """
     global _mem_alloc
-    ensure_context()
     if type(shape) is int:
         shape_t: tuple[int, ...] = (shape,)
-    elif isinstance(shape, (int, np.integer)):
-        shape_t = (int(shape),)
     else:
-        shape_t = tuple(int(d) for d in shape)
+        shape_t = _shape_tuple(shape)
     dt = _dtype(dtype)
+    ensure_context()
     itemsize = dt.itemsize
     count = 1
     for d in shape_t:
