@@ -561,3 +561,17 @@ def test_readers_never_lose_an_entry_while_it_is_rebuilt(cache: Path) -> None:
             t.join()
     assert errors == [] and reads[0] > 0
     assert len(entries(cache)) == 1
+
+
+@needs_nvcc
+def test_nvcc_flags_from_the_environment_are_part_of_the_key(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: nvcc also reads NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS; with either set, a cache entry
+    compiled without them was returned (here: the source must now fail to compile)."""
+    source = fresh("#ifdef BOOM\n#error boom requested\n#endif\n" + SAXPY)
+    C.build_source(source, arch="sm_90")
+    for var in ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS"):
+        monkeypatch.setenv(var, "-DBOOM")
+        with pytest.raises(C.CompileError, match="boom requested"):
+            C.build_source(source, arch="sm_90")
+        monkeypatch.delenv(var)
+    assert C.build_source(source, arch="sm_90").from_cache

@@ -15,8 +15,9 @@ name the caller's file (``<string>`` for text).
 
 **Cache.** ``$PYBRIDGE_CACHE/cuda/<key>/`` where the key hashes the source, the contents of every
 header it includes (transitively, listed by ``nvcc -MM``; the toolkit's own headers are covered by
-nvcc's version), the options, include directories, architecture and nvcc's version. A second,
-"direct" record per source (as in ccache) remembers its header list, so a cache hit costs hashing
+nvcc's version), the options, include directories, architecture, nvcc's version and the flags nvcc
+takes from $NVCC_PREPEND_FLAGS / $NVCC_APPEND_FLAGS. A second, "direct" record per source (as in
+ccache) remembers its header list, so a cache hit costs hashing
 those headers instead of an nvcc run; a header *added* earlier on the include path, shadowing one
 the record lists, is not seen by it: pass ``rebuild=True`` then.
 
@@ -63,6 +64,8 @@ __all__ = [
 #: The Makefile's NVCCFLAGS.
 NVCC_FLAGS: tuple[str, ...] = ("-O3", "-std=c++17", "-lineinfo")
 _CACHE_VERSION = "pybridge-cuda-cache-1"  # bump when the entry layout or key changes
+# Environment variables nvcc reads as extra flags: they change the output, so they are in the key.
+_NVCC_ENV = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
 _ENTRY_FILES = ("module.cubin", "module.ptx", "source.cu", "entry.json")
 # Options that would fight with what build_source decides itself.
 _OWN_OPTIONS = re.compile(
@@ -296,6 +299,7 @@ class _Job:
     nvcc: str
     nvcc_version: str
     toolkit: Path
+    env_flags: tuple[str, ...] = ()  # NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS: nvcc adds them itself
 
     @property
     def compile_text(self) -> str:
@@ -308,7 +312,7 @@ class _Job:
 
     def direct_key(self) -> str:
         parts = [_CACHE_VERSION, self.text, self.display, *self.options, "\0", *self.include_dirs,
-                 self.sm, self.nvcc_version]
+                 self.sm, self.nvcc_version, *self.env_flags]
         return _sha("\0".join(parts).encode())
 
 
@@ -347,8 +351,9 @@ def build_source(
     sm, compute = normalize_arch(arch if arch is not None else default_arch())
     nvcc = _nvcc()
     version, toolkit = _nvcc_identity(nvcc)
+    env_flags = tuple(f"{v}={os.environ.get(v, '')}" for v in _NVCC_ENV)
     job = _Job(text, display, name or default_name, path, tuple(dirs), tuple(_check_options(options)),
-               sm, compute, nvcc, version, toolkit)
+               sm, compute, nvcc, version, toolkit, env_flags)
     return _Cache(cache_dir() / "cuda").build(job, rebuild)
 
 
