@@ -227,10 +227,11 @@ def cmd_build_cuda(ns: argparse.Namespace) -> int:
 
     try:
         built = build_source(Path(ns.source), options=ns.option, include_dirs=ns.include, arch=ns.arch)
+        description = describe(built)  # reads the declarations: a bad marked comment raises here
     except (CompileError, FileNotFoundError, ValueError, TypeError, SignatureError) as e:
         print(f"pybridge build: {e}", file=sys.stderr)
         return 1
-    print(describe(built))
+    print(description)
     if ns.output:
         out = Path(ns.output)
         out.mkdir(parents=True, exist_ok=True)

@@ -575,3 +575,15 @@ def test_nvcc_flags_from_the_environment_are_part_of_the_key(cache: Path, monkey
             C.build_source(source, arch="sm_90")
         monkeypatch.delenv(var)
     assert C.build_source(source, arch="sm_90").from_cache
+
+
+@needs_nvcc
+def test_pybridge_build_reports_an_unreadable_marked_comment_without_a_traceback(
+        cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found: the declarations are read after the compile, outside the command's error handling,
+    so a `// pybridge:` comment that is no declaration ended `pybridge build` in a traceback."""
+    src = tmp_path / "k.cu"
+    src.write_text('// pybridge: kernels for the demo\n' + SAXPY)
+    assert main(["build", str(src), "--arch", "sm_90"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("pybridge build: ") and "line 1 (pybridge: comment)" in err
