@@ -587,3 +587,15 @@ def test_pybridge_build_reports_an_unreadable_marked_comment_without_a_traceback
     assert main(["build", str(src), "--arch", "sm_90"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("pybridge build: ") and "line 1 (pybridge: comment)" in err
+
+
+def test_relative_include_directories_are_resolved_in_every_spelling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: only -Idir was made absolute; "-I", "dir" and --include-path=dir stayed relative, which
+    PyCUDA (compiling in a temporary directory) then resolves against the wrong directory."""
+    monkeypatch.chdir(tmp_path)
+    got = C._check_options(["-I", "inc", "--include-path=inc2", "--include-path", "inc3", "-Iinc4", "-isystem", "sys",
+                            "-DX=1", f"-I{tmp_path}"])
+    user = got[len(C.NVCC_FLAGS):]
+    assert user == ["-I", str(tmp_path / "inc"), f"--include-path={tmp_path / 'inc2'}", "--include-path",
+                    str(tmp_path / "inc3"), f"-I{tmp_path / 'inc4'}", "-isystem", str(tmp_path / "sys"), "-DX=1",
+                    f"-I{tmp_path}"]

@@ -231,8 +231,22 @@ def _check_options(options: Sequence[str]) -> list[str]:
                 f"options: {o!r} is chosen by pybridge (cubin and PTX for arch=...): pass arch= instead"
             )
     # Relative include directories mean the caller's directory; PyCUDA compiles in a temporary one.
-    user = [f"-I{Path(o[2:]).resolve()}" if o.startswith("-I") and len(o) > 2 and not Path(o[2:]).is_absolute() else o
-            for o in options]
+    # Spellings: -Idir, -I dir, --include-path=dir, --include-path dir, -isystem dir.
+    user: list[str] = []
+    takes_dir = False
+    for o in options:
+        if takes_dir:
+            user.append(str(Path(o).resolve()))
+            takes_dir = False
+        elif o in ("-I", "--include-path", "-isystem"):
+            user.append(o)
+            takes_dir = True
+        elif o.startswith("--include-path="):
+            user.append(f"--include-path={Path(o.partition('=')[2]).resolve()}")
+        elif o.startswith("-I") and len(o) > 2:
+            user.append(f"-I{Path(o[2:]).resolve()}")
+        else:
+            user.append(o)
     base = [f for f in NVCC_FLAGS
             if not (f.startswith("-O") and any(o.startswith("-O") for o in user))
             and not (f.startswith("-std") and any(o.startswith(("-std", "--std")) for o in user))]
