@@ -312,3 +312,11 @@ def test_empty_refuses_a_shape_of_floats_before_touching_the_gpu(shape: Any) -> 
     with pytest.raises(TypeError, match="shape"):
         empty(shape)
     assert _shape_tuple(np.array([2, 3])) == (2, 3) and _shape_tuple(np.int64(4)) == (4,) == _shape_tuple(np.array(4))
+
+
+def test_a_size_divided_by_zero_names_kernel_parameter_and_values() -> None:
+    """Found: 'division by zero in size expression 'n / m'' named neither kernel nor parameter."""
+    sig = parse_signature("k(float* x[n / m], int n, int m)")
+    with pytest.raises(ZeroDivisionError, match=r"kernel k, parameter x: .*'n / m' \(with m=0, n=4\)"):
+        bind_args(sig, (CAI(shape=(4,)), 4, 0))
+    assert plan_for(sig).fast((CAI(shape=(4,)), 4, 0)) is None

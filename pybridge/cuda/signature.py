@@ -365,7 +365,11 @@ class KernelSignature:
             expr = p.size_expr
             if expr is None:
                 continue
-            value = expr.evaluate(args)
+            try:
+                value = expr.evaluate(args)
+            except ZeroDivisionError as e:  # say which kernel and parameter, with the values
+                used = ", ".join(f"{k}={args[k]}" for k in sorted(expr.names) if k in args)
+                raise ZeroDivisionError(f"kernel {self.name}, parameter {p.name}: {e} (with {used})") from None
             if value < 0:
                 raise ValueError(f"{self.name}: size of {p.name} is {p.size} = {value}, which is negative")
             out[p.name] = value
