@@ -356,7 +356,7 @@ def build_source(
     elif isinstance(source, str) and "\n" not in source and source.strip().endswith((".cu", ".cuh")):
         # One line naming a .cu file is never CUDA C: the file is missing (compiling the name as
         # source would report a syntax error in "<string>").
-        raise FileNotFoundError(f"source: no such file {source.strip()!r} (a str ending in .cu names a file)")
+        raise FileNotFoundError(f"source: no such file {source!r} (a str ending in .cu names a file)")
     elif isinstance(source, str):
         text, display, default_name, path, dirs = source, "<string>", "source", None, []
     else:
