@@ -198,7 +198,8 @@ def test_timing_refuses_an_empty_or_negative_batch() -> None:
 
 
 @pytest.mark.parametrize("argv", [["overhead", "--calls", "-5"], ["overhead", "--calls", "0"], ["overhead", "--n", "0"],
-                                  ["exchange", "--n", "-1"], ["fusion", "--sizes", "0", "1024"]])
+                                  ["exchange", "--n", "-1"], ["fusion", "--sizes", "0", "1024"],
+                                  ["bandwidth", "--sizes", "-5"], ["matmul", "--repeat", "0"]])
 def test_bench_refuses_counts_below_one_by_name(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """Found: --calls -5 timed nothing and printed negative figures; --calls 0 silently meant the default."""
     from pybridge.bench.cli import main

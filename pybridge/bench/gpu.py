@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .common import positive_int
 from .timing import Timing, _summary, time_host
 
 __all__ = ["FILLER_BYTES", "add_size_arguments", "format_rows", "futhark_cuda", "gpu_unavailable", "main_for", "mark_target", "run_gpu_or_cpu", "time_device", "time_host",
@@ -142,10 +143,10 @@ def with_share(rows: list[dict[str, Any]], metric: str, is_reference: Callable[[
 def add_size_arguments(parser: argparse.ArgumentParser, what: str, metavar: str, gpu_sizes: Sequence[int],
                        cpu_sizes: Sequence[int], repeat: int) -> None:
     """--sizes, --repeat and --no-futhark, as run_gpu_or_cpu reads them."""
-    parser.add_argument("--sizes", type=int, nargs="+", metavar=metavar, default=None,
+    parser.add_argument("--sizes", type=positive_int, nargs="+", metavar=metavar, default=None,
                         help=f"{what} (default {' '.join(map(str, gpu_sizes))}; "
                         f"without a GPU {' '.join(map(str, cpu_sizes))})")
-    parser.add_argument("--repeat", type=int, default=repeat, help="timed samples per row (median reported)")
+    parser.add_argument("--repeat", type=positive_int, default=repeat, help="timed samples per row (median reported)")
     parser.add_argument("--no-futhark", action="store_true", help="leave out Futhark's rows")
 
 
