@@ -43,7 +43,8 @@ setup(
     install_requires=["numpy>=1.23", "cffi>=1.15"],
     extras_require={
         "cuda": ["pycuda>=2024.1"],
-        "test": ["pytest>=7", "hypothesis>=6.80"],
+        "test": ["pytest>=7", "hypothesis>=6.80", "dask[array]>=2024.12", "distributed>=2024.12"],
+        "dask": ["dask[array]>=2024.12", "distributed>=2024.12"],
         "bench": ["matplotlib>=3.6", "futhark-ffi>=0.14"],
     },
     entry_points={"console_scripts": ["pybridge=pybridge.cli:main"]},

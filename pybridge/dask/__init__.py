@@ -1,0 +1,49 @@
+"""pybridge.dask: Futhark entry points (and pybridge CUDA kernels) over the blocks of dask arrays.
+
+    import dask.array as da
+    from distributed import Client
+    import pybridge.dask as pbd
+
+    client = Client(pbd.local_cluster(n_workers=2))          # or devices=[0, 1]: one worker per GPU
+    xs = da.random.random(10**7, chunks=10**6).astype("f4")
+    out = pbd.map_blocks(pbd.entry("saxpy", "saxpy"), 2.0, xs, xs)       # elementwise, per block
+    dot = pbd.reduction(pbd.entry("dot", "dot"), xs, xs, combine=pbd.entry("dot", "sum"))
+
+Layers: ``refs`` (picklable library / entry references) -> ``workers`` (one context per library per
+worker process, calls serialised) -> ``blocks`` (one task: chunks in, entry point, chunks out,
+errors naming the block) -> ``plan`` (argument and chunk checks, the tied-size rule) -> ``array``
+(map_blocks, reduction) and ``kernels`` (CUDA kernels, same mechanism); ``cluster`` makes one worker
+per GPU. Needs ``pip install 'pybridge[dask]'``.
+"""
+
+from __future__ import annotations
+
+try:
+    import dask.array  # noqa: F401
+    import distributed  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised where dask is absent
+    raise ImportError(f"pybridge.dask needs dask and distributed: pip install 'pybridge[dask]' [{e}]") from e
+
+from .array import entry, map_blocks, reduction, to_device, to_host
+from .cluster import WorkerDevices, local_cluster
+from .kernels import KernelRef, kernel, map_kernel
+from .refs import EntryRef, LibraryRef
+from .workers import DEVICE_ENV, close_all, stats
+
+__all__ = [
+    "DEVICE_ENV",
+    "EntryRef",
+    "KernelRef",
+    "LibraryRef",
+    "WorkerDevices",
+    "close_all",
+    "entry",
+    "kernel",
+    "local_cluster",
+    "map_blocks",
+    "map_kernel",
+    "reduction",
+    "stats",
+    "to_device",
+    "to_host",
+]

@@ -1,0 +1,162 @@
+"""Futhark entry points over the blocks of dask arrays: ``map_blocks`` and tree ``reduction``.
+
+    import dask.array as da, pybridge.dask as pbd
+    saxpy = pbd.entry("saxpy", "saxpy", backend="c")        # or pbd.entry(lib.saxpy)
+    out = pbd.map_blocks(saxpy, 2.0, xs, ys)                 # a dask array, block k = saxpy(2, xs_k, ys_k)
+    total = pbd.reduction(pbd.entry("dot", "dot"), xs, ys, combine=pbd.entry("dot", "sum"))
+    total.compute()                                          # sum over blocks of dot(xs_k, ys_k)
+
+The graph holds picklable references (``EntryRef``); each worker process runs them in its own
+context (``workers.py``), one per library, created on its first task.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+import dask
+import dask.array as da
+
+from ..futhark import EntryPoint
+from ..futhark.manifest import ArrayType
+from . import blocks
+from .plan import is_chunked, plan_blocks, result_chunks, result_dtype, result_shape, result_type
+from .refs import EntryRef, LibraryRef
+
+
+def entry(target: Any, name: str | None = None, backend: str | None = None, **config: Any) -> EntryRef:
+    """A reference to an entry point that workers can load.
+
+    ``target``: an entry point of a loaded library (``lib.saxpy``: the workers load the same file
+    with the same options), an ``EntryRef``, or a library name / ``lib<prog>.so`` / ``<prog>.json``
+    / ``.fut`` path with the entry's ``name`` (``backend`` and ``pf.load`` options as for ``load``).
+    """
+    if isinstance(target, EntryRef):
+        return target
+    if isinstance(target, EntryPoint):
+        if name is not None and name != target.name:
+            raise ValueError(f"entry: got the entry point {target.name!r} and name={name!r}")
+        return EntryRef(LibraryRef.of(target.library), target.name)
+    if isinstance(target, (str, os.PathLike)):
+        if name is None:
+            raise TypeError("entry: name the entry point: pbd.entry('saxpy', 'saxpy')")
+        ref = EntryRef(LibraryRef.find(target, backend, **config), name)
+        ref.info  # noqa: B018 - a missing entry point fails here, naming the ones there are
+        return ref
+    raise TypeError(f"entry: expected a Futhark entry point, an EntryRef or a library path, got {type(target).__name__}")
+
+
+def _meta(entry_ref: EntryRef, args: Sequence[Any], ndim: int, dtype: np.dtype) -> Any:
+    """An empty array of the chunk type the blocks will have (CuPy for device chunks on cuda)."""
+    first = next((a for a in args if is_chunked(a)), None)
+    if entry_ref.library.backend == "cuda" and first is not None:
+        return da.utils.meta_from_array(first._meta, ndim=ndim, dtype=dtype)
+    return np.empty((0,) * ndim, dtype=dtype)
+
+
+def _whole(a: Any) -> Any:
+    """A whole (unchunked) array argument goes into the graph once, not once per task."""
+    return dask.delayed(a) if isinstance(a, np.ndarray) and a.ndim > 0 else a
+
+
+def map_blocks(target: Any, *args: Any, chunks: Sequence[Sequence[int]] | None = None) -> da.Array:
+    """Call an entry point once per block; the results are the blocks of a new dask array.
+
+    Dask arrays among ``args`` are split into blocks (block k of each goes to call k); NumPy arrays
+    and scalars go whole to every call. Sizes the entry ties together must be chunked alike (see
+    ``pybridge.dask.plan``), else a ValueError names both arguments. The result's chunks come from
+    the result type's size names or, failing that, the first dask argument; ``chunks=`` overrides.
+    """
+    ref = entry(target)
+    plan = plan_blocks(ref, args)
+    out_chunks = tuple(tuple(c) for c in chunks) if chunks is not None else result_chunks(plan, args)
+    dtype = result_dtype(ref)
+    rank = len(plan.numblocks)
+    return da.map_blocks(
+        blocks.map_block,
+        *(_whole(a) for a in args),
+        entry=ref,
+        chunks=out_chunks,
+        drop_axis=list(range(len(out_chunks), rank)),  # a result of lower rank drops trailing axes
+        dtype=dtype,
+        meta=_meta(ref, args, len(out_chunks), dtype),
+        token=f"pybridge-{ref.name}",  # a key prefix; dask hashes the arguments for the rest
+    )
+
+
+def _combine_ref(combine: Any, partial_type: ArrayType | str, default: EntryRef) -> EntryRef | Callable[[Any], Any]:
+    """The combine step: a callable as is; an entry point checked to take the stacked partials."""
+    if combine is None:
+        combine = default
+    if callable(combine) and not isinstance(combine, (EntryPoint, EntryRef)):
+        return combine
+    ref = entry(combine)
+    elem = partial_type if isinstance(partial_type, str) else partial_type.elemtype
+    rank = 0 if isinstance(partial_type, str) else partial_type.rank
+    want = "[]" * (rank + 1) + elem
+    ins = ref.info.inputs
+    outs = ref.info.outputs
+    ok_in = len(ins) == 1 and ins[0].type == want
+    ok_out = len(outs) == 1 and outs[0].type == (elem if rank == 0 else "[]" * rank + elem)
+    if not (ok_in and ok_out):
+        sig = ", ".join(p.type for p in ins) + " -> " + ", ".join(o.type for o in outs)
+        what = "the reducing entry point itself" if ref == default else f"combine {ref.name}"
+        raise TypeError(
+            f"reduction: {what} ({sig}) cannot combine partials: the combine step takes the partial results "
+            f"stacked ({want}) and returns one ({outs[0].type if outs else elem}); pass combine= an entry "
+            f"point of that type (e.g. a sum) or a Python function"
+        )
+    return ref
+
+
+def reduction(target: Any, *args: Any, combine: Any = None, split_every: int = 8,
+              shape: Sequence[int] | None = None) -> da.Array:
+    """Reduce dask arrays with an entry point: one call per block gives a partial result, then a
+    tree of ``combine`` steps (at most ``split_every`` partials each) gives one. Returns a dask array
+    of the partial's shape (0-d for a scalar: ``.compute()`` gives a NumPy scalar array).
+
+    ``combine``: an entry point taking the partials stacked on a new first axis (``[k]f32 -> f32``,
+    ``[k][nbins]i32 -> [nbins]i32``), or a Python function doing the same; by default the reducing
+    entry point itself, when it has that type (``sum``). The tied-size rule is map_blocks's.
+    ``shape``: the partial's shape, when the source does not tell (an array result sized by data).
+    """
+    ref = entry(target)
+    if split_every < 2:
+        raise ValueError(f"reduction: split_every must be at least 2, got {split_every}")
+    plan = plan_blocks(ref, args)
+    ptype = result_type(ref)
+    step = _combine_ref(combine, ptype, ref)
+    pshape = tuple(shape) if shape is not None else result_shape(ref, args)
+    if pshape is None:
+        raise ValueError(f"reduction: the shape of {ref.name}'s result is not known before the call; pass shape=")
+    dtype = result_dtype(ref)
+    per_arg = [a.to_delayed(optimize_graph=False) if is_chunked(a) else _whole(a) for a in args]
+    nblocks = plan.numblocks
+    level = [
+        dask.delayed(blocks.reduce_block, pure=True)(
+            ref, idx, nblocks, *(p[idx] if is_chunked(a) else p for p, a in zip(per_arg, args))
+        )
+        for idx in np.ndindex(*nblocks)
+    ]
+    while len(level) > 1:
+        level = [
+            dask.delayed(blocks.combine_partials, pure=True)(step, *level[i : i + split_every])
+            for i in range(0, len(level), split_every)
+        ]
+    return da.from_delayed(level[0], shape=pshape, dtype=dtype, meta=_meta(ref, args, len(pshape), dtype))
+
+
+def to_device(x: da.Array) -> da.Array:
+    """Blocks copied to the GPU as CuPy arrays (the host-to-device edge of a pipeline)."""
+    import cupy
+
+    return x.map_blocks(cupy.asarray, dtype=x.dtype, meta=cupy.empty((0,) * x.ndim, x.dtype))
+
+
+def to_host(x: da.Array) -> da.Array:
+    """Blocks copied back to NumPy (the device-to-host edge)."""
+    return x.map_blocks(blocks.to_host_array, dtype=x.dtype, meta=np.empty((0,) * x.ndim, x.dtype))
+

@@ -1,0 +1,161 @@
+"""What one Dask task does with one block: run an entry point on it in this worker's context.
+
+Chunk types: a NumPy chunk goes into Futhark by copy and the result comes back as NumPy. A device
+chunk (CuPy, or anything with ``__cuda_array_interface__``) goes into a cuda-backend library without
+a copy (``from_cuda``) and the result comes back as a CuPy array over Futhark's own memory, also
+without a copy: chunks stay on the GPU between steps. A device chunk given to a CPU backend is
+copied to the host first (the only place data changes sides without being asked).
+
+A Futhark failure in a block is raised again as the same class (``ProgramError``,
+``OutOfMemoryError``, ``FutharkError``) with the entry point and the block in its message and as
+attributes ``entry`` and ``block``, so the client sees which chunk failed.
+
+No dask import here: the functions take plain arguments and are tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..futhark import ArrayHandle, FutharkError, Library
+from ..futhark.types import PRIMITIVES
+from .refs import EntryRef
+from .workers import device_ordinal, worker_device, worker_slot
+
+
+def is_device_array(x: Any) -> bool:
+    return hasattr(x, "__cuda_array_interface__") and not isinstance(x, ArrayHandle)
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as e:  # only reached with device chunks, which CuPy (or similar) made
+        raise ImportError("device chunks come back as CuPy arrays: pip install cupy-cuda12x (or -cuda13x)") from e
+    return cupy
+
+
+def to_host_array(x: Any) -> np.ndarray:
+    get = getattr(x, "get", None)  # CuPy
+    if callable(get):
+        return np.asarray(get())
+    return np.asarray(x)
+
+
+class _HandleOwner:
+    """Keeps a Futhark result alive while a CuPy array views its memory; frees it under the
+    context's call lock when the view dies (frees would otherwise race with calls on other threads)."""
+
+    def __init__(self, handle: ArrayHandle, lock: threading.RLock):
+        self.handle, self.lock = handle, lock
+        self.__cuda_array_interface__ = handle.__cuda_array_interface__  # synced: stream None
+
+    def __del__(self) -> None:
+        try:
+            with self.lock:
+                self.handle.free()
+        except Exception:  # a closed context already freed it
+            pass
+
+
+def _argument(lib: Library, type_name: str, value: Any, device: int, temps: list[ArrayHandle]) -> Any:
+    if type_name in PRIMITIVES or not is_device_array(value):
+        return value  # scalars and host arrays: the entry point converts (host arrays copied in)
+    if lib.backend != "cuda":
+        return to_host_array(value)
+    cupy = _cupy()
+    with cupy.cuda.Device(device):
+        if getattr(getattr(value, "device", None), "id", device) != device:
+            value = cupy.array(value, copy=True)  # a chunk that arrived on another GPU: peer copy
+        value = cupy.ascontiguousarray(value)
+    h = lib.types[type_name].from_cuda(value)
+    temps.append(h)
+    return h
+
+
+def _result(value: Any, on_device: bool, device: int, lock: threading.RLock) -> Any:
+    if isinstance(value, ArrayHandle):
+        if on_device:
+            cupy = _cupy()
+            with cupy.cuda.Device(device):
+                return cupy.asarray(_HandleOwner(value, lock))
+        out = value.numpy()
+        value.free()
+        return out
+    if isinstance(value, np.generic):
+        return np.asarray(value)  # a 0-d array: a chunk, or a partial of a reduction
+    raise TypeError(f"pybridge.dask handles entry points that return arrays or scalars, got {type(value).__name__}")
+
+
+def describe_block(block: Sequence[int] | None, nblocks: Sequence[int] | None, location: Any = None) -> str:
+    if block is None:
+        return "a combine step"
+    where = f"block {tuple(block)}"
+    if nblocks is not None:
+        where += f" of {tuple(nblocks)}"
+    if location:
+        where += " (elements " + ", ".join(f"{a}:{b}" for a, b in location) + ")"
+    return where
+
+
+def named_error(e: FutharkError, entry: EntryRef, where: str, block: Sequence[int] | None) -> FutharkError:
+    """The same kind of error, saying which entry point failed on which chunk."""
+    new = type(e)(f"{entry.name} failed on {where}: {e.message}", e.code, e.function)
+    new.entry = entry.name  # type: ignore[attr-defined]
+    new.block = None if block is None else tuple(block)  # type: ignore[attr-defined]
+    return new
+
+
+def call_entry(entry: EntryRef, args: Sequence[Any], block: Sequence[int] | None = None,
+               nblocks: Sequence[int] | None = None, location: Any = None) -> Any:
+    """Run ``entry`` on one block's arguments in this process's context; results as chunks."""
+    slot = worker_slot(entry.library)
+    lib = slot.library
+    ep = lib.entry_points[entry.name]
+    device = device_ordinal(worker_device(entry.library)) if lib.backend == "cuda" else 0
+    on_device = lib.backend == "cuda" and any(is_device_array(a) for a in args)
+    temps: list[ArrayHandle] = []
+    with slot.lock:
+        slot.calls += 1
+        try:
+            call_args = [_argument(lib, p.type, a, device, temps) for p, a in zip(ep.entry.inputs, args)]
+            results = ep(*call_args)
+            if isinstance(results, tuple):
+                return tuple(_result(r, on_device, device, slot.lock) for r in results)
+            return _result(results, on_device, device, slot.lock)
+        except FutharkError as e:
+            raise named_error(e, entry, describe_block(block, nblocks, location), block) from None
+        finally:
+            for h in temps:
+                h.free()
+
+
+def map_block(*args: Any, entry: EntryRef, block_info: dict[Any, Any] | None = None) -> Any:
+    """The task function of ``pybridge.dask.map_blocks`` (Dask fills in ``block_info``)."""
+    out = (block_info or {}).get(None, {})
+    return call_entry(entry, args, out.get("chunk-location"), out.get("num-chunks"), out.get("array-location"))
+
+
+def reduce_block(entry: EntryRef, block: tuple[int, ...], nblocks: tuple[int, ...], *args: Any) -> Any:
+    """First level of ``pybridge.dask.reduction``: one block's partial result."""
+    return call_entry(entry, args, block, nblocks)
+
+
+def stack_partials(partials: Sequence[Any]) -> Any:
+    """Partials (0-d or n-d, host or device) stacked on a new leading axis."""
+    if any(is_device_array(p) for p in partials):
+        cupy = _cupy()
+        return cupy.stack([cupy.asarray(p) for p in partials])
+    return np.stack([np.asarray(p) for p in partials])
+
+
+def combine_partials(combine: Any, *partials: Any) -> Any:
+    """A tree step of ``pybridge.dask.reduction``: ``combine`` (an EntryRef or a callable) applied to
+    the stacked partials, giving one partial of the same shape."""
+    stacked = stack_partials(partials)
+    if isinstance(combine, EntryRef):
+        return call_entry(combine, (stacked,))
+    return combine(stacked)

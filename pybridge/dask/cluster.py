@@ -1,0 +1,69 @@
+"""Clusters with one worker per GPU, and the per-worker device for clusters made elsewhere.
+
+``local_cluster(devices=[0, 1])`` starts one worker process per GPU, each with its own environment
+(``distributed.SpecCluster`` of ``Nanny`` workers, as dask-cuda's LocalCUDACluster does):
+
+- ``pin="visible"`` (default): ``CUDA_VISIBLE_DEVICES`` lists the worker's GPU first, so it is device
+  0 for Futhark, CuPy and pybridge.cuda alike (dask-cuda's convention; nothing else to configure);
+- ``pin="index"``: every GPU stays visible and ``PYBRIDGE_DASK_DEVICE="#k"`` tells pybridge.dask
+  which one this worker's contexts use.
+
+Without ``devices`` it is a plain ``LocalCluster`` (CPU backends). For a cluster started some other
+way, ``client.register_plugin(WorkerDevices(["#0", "#1"]))`` gives worker k (by name, else by
+order of arrival) device k mod n, before its first task creates a context.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from distributed import LocalCluster, Nanny, Scheduler, SpecCluster, WorkerPlugin
+
+from .workers import DEVICE_ENV
+
+
+def _visible(devices: Sequence[int | str], k: int) -> str:
+    mine = str(devices[k])
+    return ",".join([mine] + [str(d) for d in devices if str(d) != mine])
+
+
+def local_cluster(n_workers: int | None = None, *, devices: Sequence[int | str] | None = None,
+                  pin: str = "visible", threads_per_worker: int = 1, processes: bool = True,
+                  **kwargs: Any) -> LocalCluster | SpecCluster:
+    """A local cluster: one worker per GPU in ``devices``, or ``n_workers`` CPU workers."""
+    kwargs.setdefault("dashboard_address", ":0")  # any free port: several clusters may run at once
+    if devices is None:
+        return LocalCluster(n_workers=n_workers or 1, threads_per_worker=threads_per_worker, processes=processes, **kwargs)
+    if pin not in ("visible", "index"):
+        raise ValueError(f"pin must be 'visible' or 'index', got {pin!r}")
+    if n_workers is not None and n_workers != len(devices):
+        raise ValueError(f"one worker per device: n_workers={n_workers} but {len(devices)} devices")
+    if not processes:
+        raise ValueError("one worker per GPU needs processes=True (each process has its own device environment)")
+    workers = {}
+    for k, d in enumerate(devices):
+        env = {"CUDA_VISIBLE_DEVICES": _visible(devices, k)} if pin == "visible" else {DEVICE_ENV: f"#{d}"}
+        workers[f"gpu-{k}"] = {"cls": Nanny, "options": {"nthreads": threads_per_worker, "env": env, "name": f"gpu-{k}"}}
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": kwargs.pop("dashboard_address")}}
+    return SpecCluster(workers=workers, scheduler=scheduler, **kwargs)
+
+
+class WorkerDevices(WorkerPlugin):
+    """Sets ``PYBRIDGE_DASK_DEVICE`` in each worker process: worker k gets ``devices[k % n]``.
+
+    Register it before the first task that creates a context (contexts are made once per worker).
+    Workers that are threads of one process (``processes=False``) share one environment; use
+    processes."""
+
+    name = "pybridge-worker-devices"
+
+    def __init__(self, devices: Sequence[str]):
+        if not devices:
+            raise ValueError("WorkerDevices needs at least one device ('#0', '#1', ...)")
+        self.devices = [str(d) for d in devices]
+
+    def setup(self, worker: Any) -> None:
+        name = worker.name
+        k = int(name) if isinstance(name, int) or str(name).isdigit() else abs(hash(worker.address))
+        os.environ[DEVICE_ENV] = self.devices[k % len(self.devices)]

@@ -1,0 +1,349 @@
+"""pybridge.dask on real Futhark programs (c and multicore backends): blocks, tied sizes, tree
+reductions, one context per worker, threads, program errors naming their chunk, and a worker killed
+mid-computation. Needs dask + distributed (``pip install '.[dask]'``) and the Futhark compiler
+(the libraries are compiled from futhark/*.fut and tests/programs/*.fut on first use, cached).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+da = pytest.importorskip("dask.array", reason="dask is not installed: pip install '.[dask]'")
+distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
+
+import dask  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import pybridge.futhark as pf  # noqa: E402
+from pybridge.dask import blocks, workers  # noqa: E402
+from pybridge.futhark.build import futhark_compiler  # noqa: E402
+from pybridge.paths import find_build_file  # noqa: E402
+
+pytestmark = pytest.mark.futhark
+if futhark_compiler() is None:
+    pytest.skip("the Futhark compiler is not installed (scripts/install-futhark.sh or FUTHARK=...)", allow_module_level=True)
+
+import pybridge.dask as pbd  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CHUNKY = ROOT / "tests" / "programs" / "chunky.fut"
+BACKENDS = ["c", "multicore"]
+
+
+def lib_path(prog: str, backend: str) -> str:
+    """The library `make` built, else the program compiled here (cached by source hash)."""
+    built = find_build_file(f"futhark/{backend}/lib{prog}.so")
+    return str(built) if built is not None else str(ROOT / "futhark" / f"{prog}.fut")
+
+
+def ref(prog: str, name: str, backend: str = "c", **config):
+    path = str(CHUNKY) if prog == "chunky" else lib_path(prog, backend)
+    return pbd.entry(path, name, backend=backend, **config)
+
+
+def chunked(a: np.ndarray, chunks) -> "da.Array":
+    return da.from_array(a, chunks=chunks)
+
+
+def getenv(name: str) -> str | None:
+    return os.environ.get(name)  # run on a worker: its environment (os.environ.get would carry ours)
+
+
+def unsetenv(name: str) -> None:
+    os.environ.pop(name, None)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.Client(pbd.local_cluster(n_workers=2, threads_per_worker=2, processes=True)) as c:
+        yield c
+
+
+# ---------------------------------------------------------------- on a process cluster
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_saxpy_blocks_match_numpy_on_a_cluster(client, backend):
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal(10_001).astype(np.float32), rng.standard_normal(10_001).astype(np.float32)
+    out = pbd.map_blocks(ref("saxpy", "saxpy", backend), np.float32(3.0), chunked(x, 1000), chunked(y, 1000))
+    assert out.chunks == ((1000,) * 10 + (1,),) and out.dtype == np.float32
+    again = pbd.map_blocks(ref("saxpy", "saxpy", backend), np.float32(-1.0), out, chunked(y, 1000))  # chained
+    got, got2 = client.compute([out, again], sync=True)
+    np.testing.assert_array_equal(got, np.float32(3.0) * x + y)
+    np.testing.assert_array_equal(got2, np.float32(-1.0) * got + y)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dot_tree_reduction_with_another_entry_as_combine(client, backend):
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal(50_000).astype(np.float32), rng.standard_normal(50_000).astype(np.float32)
+    total = pbd.reduction(ref("dot", "dot", backend), chunked(x, 1000), chunked(y, 1000),
+                          combine=ref("dot", "sum", backend), split_every=4)
+    assert total.shape == () and total.dtype == np.float32
+    got = client.compute(total, sync=True)
+    exact = np.dot(x.astype(np.float64), y.astype(np.float64))
+    bound = 50_000 * np.finfo(np.float32).eps * np.sum(np.abs(x.astype(np.float64) * y))
+    assert abs(float(got) - exact) <= bound
+
+
+def test_sum_combines_with_itself_by_default(client):
+    x = np.arange(1, 1001, dtype=np.float32)
+    total = pbd.reduction(ref("dot", "sum"), chunked(x, 70))  # 15 blocks: two tree levels at 8
+    assert float(client.compute(total, sync=True)) == 500500.0
+
+
+def test_histogram_partials_combined_by_an_entry_of_another_library(client):
+    rng = np.random.default_rng(3)
+    xs = rng.integers(-3, 40, 20_000, dtype=np.int32)  # out-of-range values are ignored by the entry
+    hist = pbd.reduction(ref("histogram", "histogram"), 32, chunked(xs, 3000), combine=ref("chunky", "add_rows"))
+    assert hist.shape == (32,)  # from the result type [nbins]i32 and nbins = 32
+    expected = np.bincount(xs[(xs >= 0) & (xs < 32)], minlength=32).astype(np.int32)
+    np.testing.assert_array_equal(client.compute(hist, sync=True), expected)
+
+
+def test_matmul_row_blocks_against_a_whole_matrix(client):
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((300, 40)).astype(np.float32), rng.standard_normal((40, 25)).astype(np.float32)
+    c = pbd.map_blocks(ref("matmul", "matmul"), chunked(a, (64, 40)), b)
+    assert c.chunks == ((64, 64, 64, 64, 44), (25,))  # rows from a, columns from b's p
+    np.testing.assert_allclose(client.compute(c, sync=True), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_one_context_per_library_per_worker(client):
+    client.run(workers.close_all)  # a clean count (the module's earlier tests used these workers)
+    before = client.run(lambda: workers.stats()["contexts_created"])
+    x = np.ones(4000, np.float32)
+    out = pbd.map_blocks(ref("saxpy", "saxpy"), np.float32(2.0), chunked(x, 100), chunked(x, 100))  # 40 tasks
+    np.testing.assert_array_equal(client.compute(out, sync=True), np.full(4000, 3, np.float32))
+    after = client.run(workers.stats)
+    made = {w: s["contexts_created"] - before[w] for w, s in after.items()}
+    calls = sum(n for s in after.values() for k, n in s["libraries"].items() if k.startswith("libsaxpy"))
+    assert calls == 40  # every block ran exactly once ...
+    assert all(m <= 1 for m in made.values()) and sum(made.values()) >= 1  # ... on one context per worker
+
+
+def test_program_error_names_the_chunk(client):
+    x = np.arange(400, dtype=np.float64)
+    x[250] = -1.0  # in block 2 of 4
+    out = pbd.map_blocks(ref("chunky", "checked_sqrt"), chunked(x, 100))
+    with pytest.raises(pf.ProgramError) as info:
+        client.compute(out, sync=True)
+    msg = str(info.value)
+    assert "checked_sqrt failed on block (2,) of (4,)" in msg and "elements 200:300" in msg
+    assert "Assertion" in msg or "assert" in msg.lower()
+    assert info.value.block == (2,) and info.value.entry == "checked_sqrt"
+    # The failing block left its worker's context usable.
+    ok = pbd.map_blocks(ref("chunky", "checked_sqrt"), chunked(np.abs(x), 100))
+    np.testing.assert_allclose(client.compute(ok, sync=True), np.sqrt(np.abs(x)))
+
+
+def test_killed_worker_is_replaced_and_its_tasks_rerun():
+    spin = ref("chunky", "spin")
+    x = np.linspace(0, 1, 16 * 2000, dtype=np.float32)
+    iters = 4000  # ~0.1 s per block of 2000 on this machine: the kill lands mid-computation
+    with distributed.Client(pbd.local_cluster(n_workers=2, threads_per_worker=1, processes=True)) as c:
+        pids = c.run(os.getpid)
+        fut = c.compute(pbd.map_blocks(spin, np.int32(iters), chunked(x, 2000)), retries=2)
+        deadline = time.monotonic() + 30
+        victim = None
+        while victim is None and time.monotonic() < deadline:
+            busy = [w for w, tasks in c.processing().items() if tasks]
+            done = sum(1 for v in c.run(lambda: workers.stats()["libraries"]).values() for n in v.values() if n)
+            if busy and done:
+                victim = busy[0]
+            time.sleep(0.02)
+        assert victim is not None, "no worker was ever busy"
+        assert not fut.done(), "the computation finished before the kill: make the blocks slower"
+        os.kill(pids[victim], signal.SIGKILL)
+        got = fut.result(timeout=120)
+        c.wait_for_workers(2, timeout=60)
+        new_pids = set(c.run(os.getpid).values())
+    assert pids[victim] not in new_pids and len(new_pids) == 2  # replaced by a fresh process
+    lib = pf.load(spin.library.path, backend="c")
+    np.testing.assert_array_equal(got, lib.spin(np.int32(iters), x).numpy())
+
+
+# ---------------------------------------------------------------- threads, in this process
+
+
+def test_threaded_scheduler_shares_one_context_and_serialises_calls():
+    workers.close_all()
+    before = workers.stats()["contexts_created"]
+    x = np.arange(60_000, dtype=np.float32)
+    out = pbd.map_blocks(ref("saxpy", "saxpy", "multicore"), np.float32(0.5), chunked(x, 1000), chunked(x, 1000))
+    with dask.config.set(scheduler="threads", num_workers=4):
+        got = out.compute()
+    np.testing.assert_array_equal(got, np.float32(0.5) * x + x)
+    assert workers.stats()["contexts_created"] == before + 1
+
+
+def test_worker_slot_is_created_once_under_racing_threads():
+    workers.close_all()
+    r = ref("saxpy", "saxpy").library
+    before = workers.stats()["contexts_created"]
+    barrier = threading.Barrier(8)
+    seen = []
+
+    def grab():
+        barrier.wait()
+        seen.append(workers.worker_slot(r).library)
+
+    ts = [threading.Thread(target=grab) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len({id(lib) for lib in seen}) == 1 and workers.stats()["contexts_created"] == before + 1
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    sizes=st.lists(st.integers(0, 300), min_size=1, max_size=7),
+    a=st.floats(-4, 4, allow_nan=False, width=32),
+)
+def test_any_chunking_gives_numpy_saxpy(sizes, a):
+    n = sum(sizes)
+    x = np.arange(n, dtype=np.float32) / 7
+    y = np.cos(np.arange(n, dtype=np.float32))
+    chunks = (tuple(sizes),)
+    out = pbd.map_blocks(ref("saxpy", "saxpy"), np.float32(a), chunked(x, chunks), chunked(y, chunks))
+    with dask.config.set(scheduler="threads"):
+        np.testing.assert_array_equal(out.compute(), np.float32(a) * x + y)
+    total = pbd.reduction(ref("dot", "sum"), chunked(x, chunks), split_every=3)
+    with dask.config.set(scheduler="threads"):
+        np.testing.assert_allclose(total.compute(), x.astype(np.float64).sum(), rtol=1e-5, atol=1e-3)
+
+
+# ---------------------------------------------------------------- the tied-size rule and bad input
+
+
+def test_tied_sizes_must_be_chunked_alike():
+    x = np.ones(100, np.float32)
+    with pytest.raises(ValueError, match=r"parameters 'xs' \(axis 0\) and 'ys' \(axis 0\) share the size n"):
+        pbd.map_blocks(ref("saxpy", "saxpy"), 1.0, chunked(x, 50), chunked(x, (30, 70)))
+
+
+def test_untied_axes_may_differ_but_block_counts_may_not():
+    xs, ys = np.ones((6, 2), np.float32), np.ones((6, 5), np.float32)
+    out = pbd.map_blocks(ref("chunky", "add_first"), chunked(xs, (3, 2)), chunked(ys, (3, 5)))
+    assert out.chunks == ((3, 3),)  # [n]f32 from 2-d blocks: the one-block trailing axis is dropped
+    with dask.config.set(scheduler="sync"):
+        np.testing.assert_array_equal(out.compute(), np.full(6, 7, np.float32))
+    with pytest.raises(ValueError, match=r"'xs' \(axis 0\) and 'ys' \(axis 0\) share the size n"):
+        pbd.map_blocks(ref("chunky", "add_first"), chunked(xs, (3, 2)), chunked(ys, (2, 5)))
+    with pytest.raises(ValueError, match="same number of blocks"):
+        pbd.map_blocks(ref("chunky", "add_first"), chunked(xs, (3, 2)), chunked(ys, (3, 1)))
+
+
+def test_a_chunked_size_tied_to_a_whole_array_must_be_one_chunk():
+    a, b = np.ones((8, 6), np.float32), np.ones((6, 4), np.float32)
+    with pytest.raises(ValueError, match=r"'a' \(axis 1\) shares the size m with the whole array 'b'"):
+        pbd.map_blocks(ref("matmul", "matmul"), chunked(a, (4, 3)), b)
+
+
+def test_without_the_source_all_chunks_must_match(tmp_path):
+    so = Path(lib_path("saxpy", "c"))
+    if so.suffix == ".fut":
+        so = Path(pf.load(str(so), backend="c").path)
+    for f in (so, so.with_name("saxpy.json")):
+        shutil.copy2(f, tmp_path / f.name)
+    bare = pbd.entry(str(tmp_path / so.name), "saxpy", backend="c")
+    x = np.ones(100, np.float32)
+    with pytest.raises(ValueError, match="source is not available"):
+        pbd.map_blocks(bare, 1.0, chunked(x, 50), chunked(x, (30, 70)))
+    out = pbd.map_blocks(bare, 1.0, chunked(x, 50), chunked(x, 50))
+    with dask.config.set(scheduler="sync"):
+        np.testing.assert_array_equal(out.compute(), np.full(100, 2, np.float32))
+
+
+def test_bad_arguments_are_named_on_the_client():
+    s = ref("saxpy", "saxpy")
+    x = chunked(np.ones(10, np.float32), 5)
+    with pytest.raises(TypeError, match=r"parameter 'xs': expected dtype float32 .* got float64"):
+        pbd.map_blocks(s, 1.0, x.astype(np.float64), x)
+    with pytest.raises(TypeError, match=r"parameter 'a' is a scalar \(f32\)"):
+        pbd.map_blocks(s, x, x, x)
+    with pytest.raises(TypeError, match=r"takes 3 argument\(s\), got 2"):
+        pbd.map_blocks(s, 1.0, x)
+    with pytest.raises(TypeError, match="expected a 1-d array"):
+        pbd.map_blocks(s, 1.0, chunked(np.ones((2, 5), np.float32), 1), x)
+    with pytest.raises(TypeError, match="no argument is a dask array"):
+        pbd.map_blocks(s, 1.0, np.ones(3, np.float32), np.ones(3, np.float32))
+    with pytest.raises(KeyError, match="no entry point 'saxpyy'"):
+        pbd.entry(lib_path("saxpy", "c"), "saxpyy", backend="c")
+    with pytest.raises(TypeError, match="unknown Futhark configuration"):
+        pbd.entry(lib_path("saxpy", "c"), "saxpy", backend="c", nthreads=2)
+
+
+def test_result_kinds_that_do_not_make_blocks_are_refused():
+    x = chunked(np.ones(10, np.float32), 5)
+    with pytest.raises(TypeError, match="use pybridge.dask.reduction"):
+        pbd.map_blocks(ref("dot", "sum"), x)
+    with pytest.raises(TypeError, match="opaque type"):
+        pbd.map_blocks(ref("stats", "stats"), chunked(np.ones(10), 5))
+    with pytest.raises(TypeError, match=r"cannot combine partials.*pass combine="):
+        pbd.reduction(ref("dot", "dot"), x, x)  # dot takes two arrays: it cannot combine its partials
+    with pytest.raises(ValueError, match="split_every"):
+        pbd.reduction(ref("dot", "sum"), x, split_every=1)
+
+
+def test_entry_from_a_loaded_library_keeps_its_options():
+    lib = pf.load(lib_path("saxpy", "multicore"), backend="multicore", num_threads=2)
+    r = pbd.entry(lib.saxpy)
+    assert r.library.options == {"num_threads": 2} and r.library.backend == "multicore"
+    x = chunked(np.arange(10, dtype=np.float32), 4)
+    with dask.config.set(scheduler="sync"):
+        np.testing.assert_array_equal(pbd.map_blocks(r, 2.0, x, x).compute(), 3 * np.arange(10, dtype=np.float32))
+    lib.close()
+
+
+# ---------------------------------------------------------------- the task functions alone
+
+
+def test_block_error_keeps_its_class_and_survives_pickling():
+    r = ref("chunky", "checked_sqrt")
+    with pytest.raises(pf.ProgramError) as info:
+        blocks.call_entry(r, (np.array([1.0, -1.0]),), block=(3, 1), nblocks=(5, 2))
+    e = pickle.loads(pickle.dumps(info.value))  # as distributed sends it to the client
+    assert type(e) is pf.ProgramError and e.block == (3, 1) and e.entry == "checked_sqrt"
+    assert str(e).startswith("checked_sqrt failed on block (3, 1) of (5, 2): ") and e.code == 2
+
+
+def test_local_cluster_pins_one_device_per_worker_by_environment():
+    for pin, var, want in (("visible", "CUDA_VISIBLE_DEVICES", {"0,1", "1,0"}), ("index", pbd.DEVICE_ENV, {"#0", "#1"})):
+        with distributed.Client(pbd.local_cluster(devices=[0, 1], pin=pin)) as c:
+            assert set(c.run(getenv, var).values()) == want
+    with pytest.raises(ValueError, match="one worker per device"):
+        pbd.local_cluster(3, devices=[0, 1])
+
+
+def test_worker_devices_plugin_sets_each_workers_device(client):
+    client.register_plugin(pbd.WorkerDevices(["#0", "#1"]))
+    got = client.run(getenv, pbd.DEVICE_ENV)
+    assert sorted(got.values()) == ["#0", "#1"]
+    client.run(unsetenv, pbd.DEVICE_ENV)  # CPU backends ignore it; leave the workers clean
+
+
+def test_worker_device_resolution_order(monkeypatch):
+    from pybridge.dask.refs import LibraryRef
+
+    gpu = LibraryRef("/x/libp.so", "cuda")
+    monkeypatch.delenv(pbd.DEVICE_ENV, raising=False)
+    assert workers.worker_device(gpu) is None  # Futhark's default: the first visible device
+    monkeypatch.setenv(pbd.DEVICE_ENV, "#1")
+    assert workers.worker_device(gpu) == "#1" and workers.device_ordinal("#1") == 1
+    assert workers.worker_device(LibraryRef("/x/libp.so", "cuda", (("device", "#0"),))) == "#0"
+    assert workers.worker_device(LibraryRef("/x/libp.so", "c")) is None
+    with pytest.raises(ValueError, match="'#k'"):
+        workers.device_ordinal("NVIDIA H200")
