@@ -58,8 +58,9 @@ def _meta(entry_ref: EntryRef, args: Sequence[Any], ndim: int, dtype: np.dtype) 
 
 
 def _whole(a: Any) -> Any:
-    """A whole (unchunked) array argument goes into the graph once, not once per task."""
-    return dask.delayed(a) if isinstance(a, np.ndarray) and a.ndim > 0 else a
+    """A whole (unchunked) array argument (NumPy or CuPy) goes into the graph once, not once per
+    task: each worker receives it once and keeps it for all its blocks."""
+    return dask.delayed(a) if getattr(a, "ndim", 0) > 0 and not is_chunked(a) else a
 
 
 def map_blocks(target: Any, *args: Any, chunks: Sequence[Sequence[int]] | None = None) -> da.Array:

@@ -1,0 +1,167 @@
+"""Strong and weak scaling of Futhark entry points over 1..N Dask workers (one per GPU where there
+are GPUs), against one device without Dask.
+
+- bandwidth-bound: ``saxpy`` (futhark/saxpy.fut), blocks of the two vectors;
+- compute-bound: ``matmul`` (futhark/matmul.fut), row blocks of A times the whole B.
+
+Strong scaling keeps the problem fixed (``--saxpy-size``, ``--matmul-size``) and adds workers; weak
+scaling grows it with the workers (that size per worker). Each Dask figure is the median wall time
+of ``wait(client.persist(result))`` with the inputs already persisted on the workers (CuPy blocks on
+GPUs, NumPy on CPUs): the time to compute a distributed result that stays distributed, as the next
+step of a pipeline would use it. "direct" is the same entry point called in this process on one
+device, inputs already in Futhark (handles), timed as call + sync. ``speedup_vs_direct`` is the
+direct time of the same work (weak: the direct time at the per-worker size, times the workers)
+over the Dask time; ``efficiency`` is that speedup per worker (1 = perfect scaling).
+
+    python -m pybridge.bench.scaling --workers 1,2 --backend c         # CPU workers
+    python -m pybridge.bench.scaling --gpus 2                          # one worker per GPU, cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .timing import time_host
+
+HELP = "strong and weak scaling over 1..N Dask workers / GPUs (saxpy, matmul) vs one device without Dask"
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", default="1,2", help="worker counts on CPU, comma-separated (default 1,2)")
+    p.add_argument("--gpus", type=int, default=0, help="GPUs to scale over (1..N, one worker each; cuda backend)")
+    p.add_argument("--backend", default=None, help="Futhark backend (default: cuda with --gpus, else c)")
+    p.add_argument("--saxpy-size", type=int, default=None, help="elements (default 2**22 CPU, 2**28 GPU)")
+    p.add_argument("--matmul-size", type=int, default=None, help="n of n-by-n matrices (default 384 CPU, 8192 GPU)")
+    p.add_argument("--chunks-per-worker", type=int, default=4)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--json", default=None, help="also write the rows to this file")
+
+
+def _library(prog: str, backend: str) -> str:
+    from ..paths import find_build_file
+
+    built = find_build_file(f"futhark/{backend}/lib{prog}.so")
+    return str(built) if built is not None else str(_ROOT / "futhark" / f"{prog}.fut")
+
+
+def _direct(prog: str, backend: str, inputs: list[Any], repeat: int) -> float:
+    """Median seconds of one call + sync on one device, inputs already Futhark handles."""
+    import pybridge.futhark as pf
+
+    with pf.load(_library(prog, backend), backend=backend) as lib:
+        fn = lib.entry_points[prog]
+        args = [lib.types[p.type].new(a) if p.type.startswith("[") else a for p, a in zip(fn.entry.inputs, inputs)]
+        t = time_host(lambda: fn(*args), lib.sync, warmup=1, repeat=repeat)
+    return t.median_s
+
+
+def _dask(client: Any, prog: str, backend: str, chunked: list[Any], whole: list[Any], order: list[str], repeat: int) -> float:
+    """Median seconds of persisting the result, inputs persisted on the workers beforehand."""
+    from distributed import wait
+
+    import pybridge.dask as pbd
+
+    ins = client.persist(chunked)
+    wait(ins)
+    it_c, it_w = iter(ins), iter(whole)
+    args = [next(it_c) if k == "c" else next(it_w) for k in order]
+    ref = pbd.entry(_library(prog, backend), prog, backend=backend)
+    samples = []
+    for i in range(repeat + 1):  # the first run creates the contexts: not timed
+        out = pbd.map_blocks(ref, *args)
+        t0 = time.perf_counter()
+        res = client.persist(out)
+        wait(res)
+        if i:
+            samples.append(time.perf_counter() - t0)
+        del res
+    return float(np.median(samples))
+
+
+def _problem(kind: str, n: int, nchunks: int, gpu: bool) -> tuple[list[Any], list[Any], list[Any], list[str]]:
+    """(direct inputs, chunked dask inputs, whole inputs, argument order 'c'/'w'/'s')."""
+    import dask.array as da
+
+    rng = np.random.default_rng(0)
+    if kind == "saxpy":
+        x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+        dx, dy = da.from_array(x, chunks=-(-n // nchunks)), da.from_array(y, chunks=-(-n // nchunks))
+        if gpu:
+            import pybridge.dask as pbd
+
+            dx, dy = pbd.to_device(dx), pbd.to_device(dy)
+        return [np.float32(2.0), x, y], [dx, dy], [np.float32(2.0)], ["w", "c", "c"]
+    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+    daa = da.from_array(a, chunks=(-(-n // nchunks), n))
+    wb: Any = b
+    if gpu:
+        import cupy
+
+        import pybridge.dask as pbd
+
+        daa, wb = pbd.to_device(daa), cupy.asarray(b)
+    return [a, b], [daa], [wb], ["c", "w"]
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from distributed import Client
+
+    import pybridge.dask as pbd
+
+    gpu = args.gpus > 0
+    backend = args.backend or ("cuda" if gpu else "c")
+    counts = list(range(1, args.gpus + 1)) if gpu else [int(w) for w in str(args.workers).split(",")]
+    sizes = {"saxpy": args.saxpy_size or (2**28 if gpu else 2**22), "matmul": args.matmul_size or (8192 if gpu else 384)}
+    rows: list[dict[str, Any]] = []
+    for kind in ("saxpy", "matmul"):
+        n = sizes[kind]
+        direct = _direct(kind, backend, _problem(kind, n, 1, False)[0], args.repeat)
+        rows.append({"benchmark": f"{kind} strong", "impl": "direct (no Dask, 1 device)", "size": n,
+                     "median_us": direct * 1e6, "workers": 1, "backend": backend})
+        for w in counts:
+            cluster = pbd.local_cluster(devices=list(range(w))) if gpu else pbd.local_cluster(n_workers=w)
+            with cluster, Client(cluster) as client:
+                for mode, size in (("strong", n), ("weak", n * w if kind == "saxpy" else int(round(n * w ** (1 / 3))))):
+                    _, chunked, whole, order = _problem(kind, size, w * args.chunks_per_worker, gpu)
+                    t = _dask(client, kind, backend, chunked, whole, order, args.repeat)
+                    # The same work on one device without Dask: the direct time (strong), w times it (weak).
+                    one_device = direct if mode == "strong" else direct * w
+                    rows.append({
+                        "benchmark": f"{kind} {mode}", "impl": f"dask {w} {'GPU' if gpu else 'worker'}{'s' if w > 1 else ''}",
+                        "size": size, "median_us": t * 1e6, "workers": w, "backend": backend,
+                        "speedup_vs_direct": one_device / t, "efficiency": one_device / t / w,
+                    })
+    return rows
+
+
+def _print(rows: list[dict[str, Any]]) -> None:
+    cols = ["benchmark", "impl", "size", "median_us", "speedup_vs_direct", "efficiency"]
+    table = [[str(r.get(c, "")) if not isinstance(r.get(c), float) else f"{r[c]:.3g}" for c in cols] for r in rows]
+    widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    for t in table:
+        print("  ".join(v.ljust(w) for v, w in zip(t, widths)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pybridge.bench.scaling", description=HELP)
+    add_arguments(p)
+    ns = p.parse_args(argv)
+    rows = run(ns)
+    _print(rows)
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
