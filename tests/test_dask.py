@@ -347,3 +347,33 @@ def test_worker_device_resolution_order(monkeypatch):
     assert workers.worker_device(LibraryRef("/x/libp.so", "c")) is None
     with pytest.raises(ValueError, match="'#k'"):
         workers.device_ordinal("NVIDIA H200")
+
+
+# ---------------------------------------------------------------- CUDA kernels: the graph (no GPU needed)
+
+SAXPY_CU = "saxpy(float a, const float* x[n], const float* y[n], float* out[n], int64 n)"
+
+
+def test_kernel_inputs_outputs_and_derived_sizes():
+    k = pbd.kernel("saxpy", SAXPY_CU)
+    assert [p.name for p in k.inputs()] == ["a", "x", "y"] and [p.name for p in k.outputs()] == ["out"]
+    assert k.derived_sizes() == {"n": "x"}
+    with pytest.raises(ValueError, match="no output"):
+        pbd.kernel("reduce", "sum_final(const float* partials[m], int64 m)")
+
+
+def test_map_kernel_graph_has_the_blocks_of_its_inputs():
+    x = chunked(np.ones(1000, np.float32), 300)
+    out = pbd.map_kernel(pbd.kernel("saxpy", SAXPY_CU), 2.0, x, x)
+    assert out.chunks == x.chunks and out.dtype == np.float32 and out.name.startswith("pybridge-cuda-saxpy")
+    partial = pbd.kernel("reduce", "sum_partial(const float* x[n], float* partials[min((n + 255) / 256, 1024)], int64 n)")
+    sums = pbd.map_kernel(partial, x)
+    assert sums.chunks == ((2, 2, 2, 1),)  # per block: ceil(300/256), ..., ceil(100/256)
+    with pytest.raises(TypeError, match=r"pass \['a', 'x', 'y'\]"):
+        pbd.map_kernel(pbd.kernel("saxpy", SAXPY_CU), x, x)
+    with pytest.raises(TypeError, match="parameter 'x' is const float\\* x\\[n\\], got dtype float64"):
+        pbd.map_kernel(pbd.kernel("saxpy", SAXPY_CU), 2.0, x.astype(np.float64), x)
+    with pytest.raises(ValueError, match="must be chunked alike"):
+        pbd.map_kernel(pbd.kernel("saxpy", SAXPY_CU), 2.0, x, x.rechunk(250))
+    with pytest.raises(ValueError, match="out='nope' is not an output"):
+        pbd.map_kernel(pbd.kernel("saxpy", SAXPY_CU), 2.0, x, x, out="nope")

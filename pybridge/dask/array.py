@@ -151,10 +151,10 @@ def reduction(target: Any, *args: Any, combine: Any = None, split_every: int = 8
 
 
 def to_device(x: da.Array) -> da.Array:
-    """Blocks copied to the GPU as CuPy arrays (the host-to-device edge of a pipeline)."""
+    """Blocks copied to each worker's GPU as CuPy arrays (the host-to-device edge of a pipeline)."""
     import cupy
 
-    return x.map_blocks(cupy.asarray, dtype=x.dtype, meta=cupy.empty((0,) * x.ndim, x.dtype))
+    return x.map_blocks(blocks.to_device_array, dtype=x.dtype, meta=cupy.empty((0,) * x.ndim, x.dtype))
 
 
 def to_host(x: da.Array) -> da.Array:

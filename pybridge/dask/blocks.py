@@ -15,6 +15,7 @@ No dask import here: the functions take plain arguments and are tested without a
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Sequence
 
@@ -23,7 +24,7 @@ import numpy as np
 from ..futhark import ArrayHandle, FutharkError, Library
 from ..futhark.types import PRIMITIVES
 from .refs import EntryRef
-from .workers import device_ordinal, worker_device, worker_slot
+from .workers import DEVICE_ENV, device_ordinal, worker_device, worker_slot
 
 
 def is_device_array(x: Any) -> bool:
@@ -43,6 +44,13 @@ def to_host_array(x: Any) -> np.ndarray:
     if callable(get):
         return np.asarray(get())
     return np.asarray(x)
+
+
+def to_device_array(x: Any) -> Any:
+    """A block copied to this worker's GPU as a CuPy array (its ``PYBRIDGE_DASK_DEVICE``, else 0)."""
+    cupy = _cupy()
+    with cupy.cuda.Device(device_ordinal(os.environ.get(DEVICE_ENV) or None)):
+        return cupy.asarray(x)
 
 
 class _HandleOwner:
