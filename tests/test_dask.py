@@ -150,8 +150,8 @@ def test_program_error_names_the_chunk(client):
 
 def test_killed_worker_is_replaced_and_its_tasks_rerun():
     spin = ref("chunky", "spin")
-    x = np.linspace(0, 1, 16 * 2000, dtype=np.float32)
-    iters = 4000  # ~0.1 s per block of 2000 on this machine: the kill lands mid-computation
+    x = np.linspace(0, 1, 24 * 2000, dtype=np.float32)
+    iters = 20_000  # ~0.15 s per block of 2000 here, ~2 s in all: the kill lands mid-computation
     with distributed.Client(pbd.local_cluster(n_workers=2, threads_per_worker=1, processes=True)) as c:
         pids = c.run(os.getpid)
         fut = c.compute(pbd.map_blocks(spin, np.int32(iters), chunked(x, 2000)), retries=2)
@@ -377,3 +377,12 @@ def test_map_kernel_graph_has_the_blocks_of_its_inputs():
         pbd.map_kernel(pbd.kernel("saxpy", SAXPY_CU), 2.0, x, x.rechunk(250))
     with pytest.raises(ValueError, match="out='nope' is not an output"):
         pbd.map_kernel(pbd.kernel("saxpy", SAXPY_CU), 2.0, x, x, out="nope")
+
+
+def test_import_without_dask_says_how_to_install():
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['dask'] = None; sys.modules['dask.array'] = None\nimport pybridge.dask"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode != 0 and "pip install 'pybridge[dask]'" in proc.stderr
