@@ -386,3 +386,16 @@ def test_import_without_dask_says_how_to_install():
     code = "import sys; sys.modules['dask'] = None; sys.modules['dask.array'] = None\nimport pybridge.dask"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode != 0 and "pip install 'pybridge[dask]'" in proc.stderr
+
+
+def test_scaling_benchmark_rows():
+    import argparse
+
+    from pybridge.bench import scaling
+
+    p = argparse.ArgumentParser()
+    scaling.add_arguments(p)
+    rows = scaling.run(p.parse_args(["--workers", "1", "--saxpy-size", "5000", "--matmul-size", "24", "--repeat", "1"]))
+    assert [r["benchmark"] for r in rows] == ["saxpy strong"] * 2 + ["saxpy weak"] + ["matmul strong"] * 2 + ["matmul weak"]
+    assert all(r["median_us"] > 0 and r["size"] > 0 and r["impl"] for r in rows) and scaling.HELP
+    assert {r["impl"] for r in rows} == {"direct (no Dask, 1 device)", "dask 1 worker"}

@@ -87,29 +87,31 @@ def _dask(client: Any, prog: str, backend: str, chunked: list[Any], whole: list[
     return float(np.median(samples))
 
 
-def _problem(kind: str, n: int, nchunks: int, gpu: bool) -> tuple[list[Any], list[Any], list[Any], list[str]]:
-    """(direct inputs, chunked dask inputs, whole inputs, argument order 'c'/'w'/'s')."""
-    import dask.array as da
-
+def _direct_inputs(kind: str, n: int) -> list[Any]:
     rng = np.random.default_rng(0)
     if kind == "saxpy":
-        x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
-        dx, dy = da.from_array(x, chunks=-(-n // nchunks)), da.from_array(y, chunks=-(-n // nchunks))
-        if gpu:
-            import pybridge.dask as pbd
+        return [np.float32(2.0), rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)]
+    return [rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)]
 
-            dx, dy = pbd.to_device(dx), pbd.to_device(dy)
-        return [np.float32(2.0), x, y], [dx, dy], [np.float32(2.0)], ["w", "c", "c"]
-    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
-    daa = da.from_array(a, chunks=(-(-n // nchunks), n))
-    wb: Any = b
+
+def _problem(kind: str, n: int, nchunks: int, gpu: bool) -> tuple[list[Any], list[Any], list[str]]:
+    """(chunked dask inputs, made on the workers; whole inputs; argument order, 'c'hunked or 'w'hole)."""
+    import dask.array as da
+
+    import pybridge.dask as pbd
+
+    rng = da.random.default_rng(0)
+    if kind == "saxpy":
+        step = -(-n // nchunks)
+        xs = [rng.standard_normal(n, chunks=step, dtype=np.float32) for _ in range(2)]
+        return [pbd.to_device(x) for x in xs] if gpu else xs, [np.float32(2.0)], ["w", "c", "c"]
+    a = rng.standard_normal((n, n), chunks=(-(-n // nchunks), n), dtype=np.float32)
+    b: Any = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
     if gpu:
         import cupy
 
-        import pybridge.dask as pbd
-
-        daa, wb = pbd.to_device(daa), cupy.asarray(b)
-    return [a, b], [daa], [wb], ["c", "w"]
+        a, b = pbd.to_device(a), cupy.asarray(b)
+    return [a], [b], ["c", "w"]
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -124,14 +126,14 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for kind in ("saxpy", "matmul"):
         n = sizes[kind]
-        direct = _direct(kind, backend, _problem(kind, n, 1, False)[0], args.repeat)
+        direct = _direct(kind, backend, _direct_inputs(kind, n), args.repeat)
         rows.append({"benchmark": f"{kind} strong", "impl": "direct (no Dask, 1 device)", "size": n,
                      "median_us": direct * 1e6, "workers": 1, "backend": backend})
         for w in counts:
             cluster = pbd.local_cluster(devices=list(range(w))) if gpu else pbd.local_cluster(n_workers=w)
             with cluster, Client(cluster) as client:
                 for mode, size in (("strong", n), ("weak", n * w if kind == "saxpy" else int(round(n * w ** (1 / 3))))):
-                    _, chunked, whole, order = _problem(kind, size, w * args.chunks_per_worker, gpu)
+                    chunked, whole, order = _problem(kind, size, w * args.chunks_per_worker, gpu)
                     t = _dask(client, kind, backend, chunked, whole, order, args.repeat)
                     # The same work on one device without Dask: the direct time (strong), w times it (weak).
                     one_device = direct if mode == "strong" else direct * w

@@ -147,7 +147,10 @@ def reduction(target: Any, *args: Any, combine: Any = None, split_every: int = 8
             dask.delayed(blocks.combine_partials, pure=True)(step, *level[i : i + split_every])
             for i in range(0, len(level), split_every)
         ]
-    return da.from_delayed(level[0], shape=pshape, dtype=dtype, meta=_meta(ref, args, len(pshape), dtype))
+    # Scalar partials come back to the host (a Futhark scalar result is read after a sync); array
+    # partials keep the chunk type.
+    meta = _meta(ref, args, len(pshape), dtype) if pshape else np.empty((), dtype)
+    return da.from_delayed(level[0], shape=pshape, dtype=dtype, meta=meta)
 
 
 def to_device(x: da.Array) -> da.Array:

@@ -141,7 +141,7 @@ def _worker_kernel(ref: KernelRef) -> Any:
 
 
 def _kernel_block(*args: Any, ref: KernelRef, out: str, block_threads: int,
-                  config: Callable[[dict[str, int]], Any] | None, block_info: Any = None) -> Any:
+                  config: Callable[[dict[str, int]], Any] | None) -> Any:
     """One task: inputs to the device (host blocks copied), outputs allocated, launch, sync."""
     import os
 
