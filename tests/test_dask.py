@@ -143,6 +143,8 @@ def test_program_error_names_the_chunk(client):
     assert "checked_sqrt failed on block (2,) of (4,)" in msg and "elements 200:300" in msg
     assert "Assertion" in msg or "assert" in msg.lower()
     assert info.value.block == (2,) and info.value.entry == "checked_sqrt"
+    with pytest.raises(pf.ProgramError, match=r"block \(2,\)"):  # retries re-run it; it fails alike
+        client.compute(out, retries=2).result()
     # The failing block left its worker's context usable.
     ok = pbd.map_blocks(ref("chunky", "checked_sqrt"), chunked(np.abs(x), 100))
     np.testing.assert_allclose(client.compute(ok, sync=True), np.sqrt(np.abs(x)))
@@ -399,3 +401,49 @@ def test_scaling_benchmark_rows():
     assert [r["benchmark"] for r in rows] == ["saxpy strong"] * 2 + ["saxpy weak"] + ["matmul strong"] * 2 + ["matmul weak"]
     assert all(r["median_us"] > 0 and r["size"] > 0 and r["impl"] for r in rows) and scaling.HELP
     assert {r["impl"] for r in rows} == {"direct (no Dask, 1 device)", "dask 1 worker"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_concurrent_failures_each_read_their_own_error(backend):
+    """Calls and error reads on one context from 8 threads: every failure names its own block and
+    carries Futhark's message; every success is right (the per-context lock at work)."""
+    r = ref("chunky", "checked_sqrt", backend)
+    errors: dict[int, Exception] = {}
+    results: dict[int, np.ndarray] = {}
+    barrier = threading.Barrier(8)
+
+    def work(k: int) -> None:
+        x = np.full(5000, float(k), np.float64)
+        if k % 2:
+            x[k] = -1.0
+        barrier.wait()
+        for _ in range(20):
+            try:
+                results[k] = blocks.call_entry(r, (x,), block=(k,), nblocks=(8,))
+            except pf.ProgramError as e:
+                errors[k] = e
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert sorted(errors) == [1, 3, 5, 7] and sorted(results) == [0, 2, 4, 6]
+    for k, e in errors.items():
+        assert str(e).startswith(f"checked_sqrt failed on block ({k},) of (8,): ") and "Assertion" in str(e)
+    for k, v in results.items():
+        np.testing.assert_array_equal(v, np.sqrt(np.full(5000, float(k))))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=5), st.lists(st.integers(1, 9), min_size=1, max_size=5))
+def test_tied_rule_accepts_exactly_equal_chunks(cx, cy):
+    n = sum(cx)
+    cy = cy[:-1] + [n - sum(cy[:-1])] if sum(cy[:-1]) < n else [n]  # any chunking of the same length
+    x = np.zeros(n, np.float32)
+    call = lambda: pbd.map_blocks(ref("saxpy", "saxpy"), 1.0, chunked(x, (tuple(cx),)), chunked(x, (tuple(cy),)))  # noqa: E731
+    if tuple(cx) == tuple(cy):
+        assert call().chunks == (tuple(cx),)
+    else:
+        with pytest.raises(ValueError, match="'xs' .* and 'ys' .* share the size n"):
+            call()

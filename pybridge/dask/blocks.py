@@ -21,10 +21,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..futhark import ArrayHandle, FutharkError, Library
+from ..futhark import ArrayHandle, FutharkError, Library, ProgramError
 from ..futhark.types import PRIMITIVES
 from .refs import EntryRef
-from .workers import DEVICE_ENV, device_ordinal, worker_device, worker_slot
+from .workers import DEVICE_ENV, device_ordinal, discard, worker_device, worker_slot
 
 
 def is_device_array(x: Any) -> bool:
@@ -120,24 +120,37 @@ def named_error(e: FutharkError, entry: EntryRef, where: str, block: Sequence[in
 def call_entry(entry: EntryRef, args: Sequence[Any], block: Sequence[int] | None = None,
                nblocks: Sequence[int] | None = None, location: Any = None) -> Any:
     """Run ``entry`` on one block's arguments in this process's context; results as chunks."""
-    slot = worker_slot(entry.library)
+    while True:
+        slot = worker_slot(entry.library)
+        with slot.lock:
+            if not slot.library.closed:  # else it was discarded while this thread waited
+                return _call_locked(slot, entry, args, block, nblocks, location)
+
+
+def _call_locked(slot: Any, entry: EntryRef, args: Sequence[Any], block: Sequence[int] | None,
+                 nblocks: Sequence[int] | None, location: Any) -> Any:
     lib = slot.library
     ep = lib.entry_points[entry.name]
     device = device_ordinal(worker_device(entry.library)) if lib.backend == "cuda" else 0
     on_device = lib.backend == "cuda" and any(is_device_array(a) for a in args)
     temps: list[ArrayHandle] = []
-    with slot.lock:
-        slot.calls += 1
-        try:
-            call_args = [_argument(lib, p.type, a, device, temps) for p, a in zip(ep.entry.inputs, args)]
-            results = ep(*call_args)
-            if isinstance(results, tuple):
-                return tuple(_result(r, on_device, device, slot.lock) for r in results)
-            return _result(results, on_device, device, slot.lock)
-        except FutharkError as e:
-            raise named_error(e, entry, describe_block(block, nblocks, location), block) from None
-        finally:
-            for h in temps:
+    slot.calls += 1
+    try:
+        call_args = [_argument(lib, p.type, a, device, temps) for p, a in zip(ep.entry.inputs, args)]
+        results = ep(*call_args)
+        if isinstance(results, tuple):
+            return tuple(_result(r, on_device, device, slot.lock) for r in results)
+        return _result(results, on_device, device, slot.lock)
+    except FutharkError as e:
+        if lib.backend == "multicore" and isinstance(e, ProgramError):
+            # Futhark 0.25.32's multicore scheduler keeps a failed call's error flag (it is reset
+            # only when the scheduler is made), so later calls on this context can fail with code
+            # 2 and no message (seen in tests/test_dask.py). A fresh context is cheap on the CPU.
+            discard(slot)
+        raise named_error(e, entry, describe_block(block, nblocks, location), block) from None
+    finally:
+        for h in temps:
+            if h.valid:
                 h.free()
 
 
