@@ -157,10 +157,10 @@ def to_device(x: da.Array) -> da.Array:
     """Blocks copied to each worker's GPU as CuPy arrays (the host-to-device edge of a pipeline)."""
     import cupy
 
-    return x.map_blocks(blocks.to_device_array, dtype=x.dtype, meta=cupy.empty((0,) * x.ndim, x.dtype))
+    return da.map_blocks(blocks.to_device_array, x, dtype=x.dtype, meta=cupy.empty((0,) * x.ndim, x.dtype))
 
 
 def to_host(x: da.Array) -> da.Array:
     """Blocks copied back to NumPy (the device-to-host edge)."""
-    return x.map_blocks(blocks.to_host_array, dtype=x.dtype, meta=np.empty((0,) * x.ndim, x.dtype))
+    return da.map_blocks(blocks.to_host_array, x, dtype=x.dtype, meta=np.empty((0,) * x.ndim, x.dtype))
 

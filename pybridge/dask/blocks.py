@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..futhark import ArrayHandle, FutharkError, Library, ProgramError
+from ..futhark import ArrayHandle, ArrayKind, FutharkError, Library, ProgramError
 from ..futhark.types import PRIMITIVES
 from .refs import EntryRef
 from .workers import DEVICE_ENV, device_ordinal, discard, worker_device, worker_slot
@@ -79,7 +79,9 @@ def _argument(lib: Library, type_name: str, value: Any, device: int, temps: list
         if getattr(getattr(value, "device", None), "id", device) != device:
             value = cupy.array(value, copy=True)  # a chunk that arrived on another GPU: peer copy
         value = cupy.ascontiguousarray(value)
-    h = lib.types[type_name].from_cuda(value)
+    kind = lib.types[type_name]
+    assert isinstance(kind, ArrayKind)  # plan.check_arguments let only array types through
+    h = kind.from_cuda(value)
     temps.append(h)
     return h
 

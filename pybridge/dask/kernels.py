@@ -159,12 +159,14 @@ def _kernel_block(*args: Any, ref: KernelRef, out: str, block_threads: int,
     shapes = [np.shape(a) if p.is_pointer else None for p, a in zip(params, args)]
     env = block_env(ref, args, shapes)
     sizes = ref.signature.sizes(env)
-    cupy = None
+    cupy: Any = None
     if on_device:
-        import cupy
+        import cupy as cupy_module
+
+        cupy = cupy_module
     given = {p.name: (cuda.to_device(a) if p.is_pointer and not is_device_array(a) else a) for p, a in zip(params, args)}
     values = []
-    result = None
+    result: Any = None
     for p in ref.signature.params:
         if p.name in given:
             v = given[p.name]
