@@ -16,7 +16,6 @@ No dask import here: the functions take plain arguments and are tested without a
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -24,7 +23,7 @@ import numpy as np
 from ..futhark import ArrayHandle, ArrayKind, FutharkError, Library, ProgramError
 from ..futhark.types import PRIMITIVES
 from .refs import EntryRef
-from .workers import DEVICE_ENV, device_ordinal, discard, worker_device, worker_slot
+from .workers import DEVICE_ENV, Slot, device_ordinal, discard, worker_device, worker_slot
 
 
 def is_device_array(x: Any) -> bool:
@@ -54,19 +53,25 @@ def to_device_array(x: Any) -> Any:
 
 
 class _HandleOwner:
-    """Keeps a Futhark result alive while a CuPy array views its memory; frees it under the
-    context's call lock when the view dies (frees would otherwise race with calls on other threads)."""
+    """Keeps a Futhark result alive while a CuPy array views its memory, and frees it when the
+    view dies: under the context's call lock if it is free at once, else (a view collected while
+    another thread calls, which could deadlock two contexts' locks) by the next call on the context."""
 
-    def __init__(self, handle: ArrayHandle, lock: threading.RLock):
-        self.handle, self.lock = handle, lock
+    def __init__(self, handle: ArrayHandle, slot: Slot):
+        self.handle, self.slot = handle, slot
         self.__cuda_array_interface__ = handle.__cuda_array_interface__  # synced: stream None
 
     def __del__(self) -> None:
+        lock = self.slot.lock
+        if not lock.acquire(blocking=False):
+            self.slot.pending_frees.append(self.handle)
+            return
         try:
-            with self.lock:
-                self.handle.free()
+            self.handle.free()
         except Exception:  # a closed context already freed it
             pass
+        finally:
+            lock.release()
 
 
 def _argument(lib: Library, type_name: str, value: Any, device: int, temps: list[ArrayHandle]) -> Any:
@@ -86,12 +91,12 @@ def _argument(lib: Library, type_name: str, value: Any, device: int, temps: list
     return h
 
 
-def _result(value: Any, on_device: bool, device: int, lock: threading.RLock) -> Any:
+def _result(value: Any, on_device: bool, device: int, slot: Slot) -> Any:
     if isinstance(value, ArrayHandle):
         if on_device:
             cupy = _cupy()
             with cupy.cuda.Device(device):
-                return cupy.asarray(_HandleOwner(value, lock))
+                return cupy.asarray(_HandleOwner(value, slot))
         out = value.numpy()
         value.free()
         return out
@@ -129,7 +134,7 @@ def call_entry(entry: EntryRef, args: Sequence[Any], block: Sequence[int] | None
                 return _call_locked(slot, entry, args, block, nblocks, location)
 
 
-def _call_locked(slot: Any, entry: EntryRef, args: Sequence[Any], block: Sequence[int] | None,
+def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequence[int] | None,
                  nblocks: Sequence[int] | None, location: Any) -> Any:
     lib = slot.library
     ep = lib.entry_points[entry.name]
@@ -137,12 +142,14 @@ def _call_locked(slot: Any, entry: EntryRef, args: Sequence[Any], block: Sequenc
     on_device = lib.backend == "cuda" and any(is_device_array(a) for a in args)
     temps: list[ArrayHandle] = []
     slot.calls += 1
+    while slot.pending_frees:
+        slot.pending_frees.pop().free()
     try:
         call_args = [_argument(lib, p.type, a, device, temps) for p, a in zip(ep.entry.inputs, args)]
         results = ep(*call_args)
         if isinstance(results, tuple):
-            return tuple(_result(r, on_device, device, slot.lock) for r in results)
-        return _result(results, on_device, device, slot.lock)
+            return tuple(_result(r, on_device, device, slot) for r in results)
+        return _result(results, on_device, device, slot)
     except FutharkError as e:
         if lib.backend == "multicore" and isinstance(e, ProgramError):
             # Futhark 0.25.32's multicore scheduler keeps a failed call's error flag (it is reset

@@ -18,7 +18,7 @@ worker), is the worker's own GPU.
 the entry-point call, the error read and the result copy. Futhark's error message lives in the
 context, so two threads failing at once could read each other's message.
 TEMPORARY: the ``reliability`` branch adds one lock per Futhark context inside pybridge.futhark,
-held across each call and its error read; once it lands, ``_Slot.lock`` should become that lock
+held across each call and its error read; once it lands, ``Slot.lock`` should become that lock
 (or a null context) and this module's own locks can go.
 
 No dask import here: this layer runs in any process and is tested without a cluster.
@@ -59,13 +59,17 @@ def device_ordinal(device: str | None) -> int:
 
 
 @dataclass
-class _Slot:
+class Slot:
+    """One context of this process: its library, the lock serialising calls on it, the calls made,
+    and result handles to free at the next call (see blocks._HandleOwner)."""
+
     library: Library
     lock: threading.RLock = field(default_factory=threading.RLock)
     calls: int = 0
+    pending_frees: list[Any] = field(default_factory=list)
 
 
-_slots: dict[tuple[Any, ...], _Slot] = {}
+_slots: dict[tuple[Any, ...], Slot] = {}
 _slots_lock = threading.Lock()
 _created = 0  # contexts this process created (a test checks "once per worker")
 
@@ -74,7 +78,7 @@ def _key(ref: LibraryRef, device: str | None) -> tuple[Any, ...]:
     return (ref.path, ref.backend, device, tuple(kv for kv in ref.config if kv[0] != "device"))
 
 
-def worker_slot(ref: LibraryRef) -> _Slot:
+def worker_slot(ref: LibraryRef) -> Slot:
     """This process's library for ``ref`` with the lock that serialises calls on its context
     (``slot.library``, ``slot.lock``; ``slot.calls`` counts the calls made under that lock)."""
     global _created
@@ -88,13 +92,13 @@ def worker_slot(ref: LibraryRef) -> _Slot:
                 options = ref.options
                 if device is not None:
                     options["device"] = device
-                slot = _Slot(_load(ref.path, backend=ref.backend, **options))
+                slot = Slot(_load(ref.path, backend=ref.backend, **options))
                 _slots[key] = slot
                 _created += 1
     return slot
 
 
-def discard(slot: _Slot) -> None:
+def discard(slot: Slot) -> None:
     """Close a slot's context and forget it: the next task makes a fresh one. Call with
     ``slot.lock`` held; threads waiting on it see ``library.closed`` and fetch the new slot."""
     with _slots_lock:
