@@ -55,6 +55,15 @@ def chunked(a: np.ndarray, chunks) -> "da.Array":
     return da.from_array(a, chunks=chunks)
 
 
+def run_threads(fn, n: int) -> None:
+    """fn(0) ... fn(n-1), each on its own thread, all joined."""
+    ts = [threading.Thread(target=fn, args=(k,)) for k in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
 def getenv(name: str) -> str | None:
     return os.environ.get(name)  # run on a worker: its environment (os.environ.get would carry ours)
 
@@ -201,11 +210,7 @@ def test_worker_slot_is_created_once_under_racing_threads():
         barrier.wait()
         seen.append(workers.worker_slot(r).library)
 
-    ts = [threading.Thread(target=grab) for _ in range(8)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(lambda _k: grab(), 8)
     assert len({id(lib) for lib in seen}) == 1 and workers.stats()["contexts_created"] == before + 1
 
 
@@ -423,11 +428,7 @@ def test_concurrent_failures_each_read_their_own_error(backend):
             except pf.ProgramError as e:
                 errors[k] = e
 
-    ts = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(work, 8)
     assert sorted(errors) == [1, 3, 5, 7] and sorted(results) == [0, 2, 4, 6]
     for k, e in errors.items():
         assert str(e).startswith(f"checked_sqrt failed on block ({k},) of (8,): ") and "Assertion" in str(e)

@@ -33,7 +33,8 @@ from .plan import is_chunked
 
 @dataclass(frozen=True)
 class KernelRef:
-    """A kernel of a pybridge CUDA module, as workers load it: module name or path + declaration."""
+    """A kernel of a pybridge CUDA module, as workers load it: the module (a name from build/cuda, a
+    cubin/PTX path, or a ``.cu`` source that each worker compiles once, cached) + the declaration."""
 
     module: str
     declaration: str
