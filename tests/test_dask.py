@@ -74,7 +74,8 @@ def unsetenv(name: str) -> None:
 
 @pytest.fixture(scope="module")
 def client():
-    with distributed.Client(pbd.local_cluster(n_workers=2, threads_per_worker=2, processes=True)) as c:
+    # A Client given a cluster does not close it: close both, or the worker processes outlive the module.
+    with pbd.local_cluster(n_workers=2, threads_per_worker=2, processes=True) as cluster, distributed.Client(cluster) as c:
         yield c
 
 
@@ -163,7 +164,7 @@ def test_killed_worker_is_replaced_and_its_tasks_rerun():
     spin = ref("chunky", "spin")
     x = np.linspace(0, 1, 24 * 2000, dtype=np.float32)
     iters = 20_000  # ~0.15 s per block of 2000 here, ~2 s in all: the kill lands mid-computation
-    with distributed.Client(pbd.local_cluster(n_workers=2, threads_per_worker=1, processes=True)) as c:
+    with pbd.local_cluster(n_workers=2, threads_per_worker=1, processes=True) as cluster, distributed.Client(cluster) as c:
         pids = c.run(os.getpid)
         fut = c.compute(pbd.map_blocks(spin, np.int32(iters), chunked(x, 2000)), retries=2)
         deadline = time.monotonic() + 30
@@ -329,7 +330,7 @@ def test_block_error_keeps_its_class_and_survives_pickling():
 
 def test_local_cluster_pins_one_device_per_worker_by_environment():
     for pin, var, want in (("visible", "CUDA_VISIBLE_DEVICES", {"0,1", "1,0"}), ("index", pbd.DEVICE_ENV, {"#0", "#1"})):
-        with distributed.Client(pbd.local_cluster(devices=[0, 1], pin=pin)) as c:
+        with pbd.local_cluster(devices=[0, 1], pin=pin) as cluster, distributed.Client(cluster) as c:
             assert set(c.run(getenv, var).values()) == want
     with pytest.raises(ValueError, match="one worker per device"):
         pbd.local_cluster(3, devices=[0, 1])
