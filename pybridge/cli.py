@@ -279,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="extra nvcc flag, repeatable, e.g. --option=-DBLOCK=128 (.cu only)")
     b.add_argument("-I", "--include", action="append", default=[], metavar="DIR", help="include directory (.cu only)")
     b.set_defaults(func=cmd_build)
-    sub.add_parser("bench", help="benchmarks: overhead, exchange, fusion, bandwidth, matmul, all (pybridge bench -h)",
+    sub.add_parser("bench", help="benchmarks: overhead, exchange, fusion, bandwidth, matmul, all; scaling (pybridge bench -h)",
                    add_help=False)
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["bench"]:  # its own parser (subcommands are imported lazily)

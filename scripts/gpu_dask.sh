@@ -15,4 +15,4 @@ echo "== GPU tests"
 timeout 200 python3 -m pytest -q -rfEs -p no:cacheprovider -m gpu tests/gpu/test_dask_gpu.py > $OUT/test_dask_gpu.log 2>&1
 echo "rc=$? $(tail -1 $OUT/test_dask_gpu.log)"; grep -E "^(FAILED|ERROR)" $OUT/test_dask_gpu.log | cut -c1-240 | head
 echo "== scaling over $(nvidia-smi -L | wc -l) GPUs"
-timeout 330 python3 -m pybridge.bench.scaling --gpus "$(nvidia-smi -L | wc -l)" --repeat 5 --json $OUT/scaling_gpu.json 2> $OUT/scaling_gpu.err
+timeout 330 python3 -m pybridge bench scaling --gpus "$(nvidia-smi -L | wc -l)" --repeat 5 --json $OUT/scaling_gpu.json 2> $OUT/scaling_gpu.err

@@ -17,12 +17,15 @@ from typing import Any
 from . import report
 
 SUBCOMMANDS = ("overhead", "exchange", "fusion", "bandwidth", "matmul")
+# Run only when asked (not by `all`): scaling starts Dask clusters and needs pybridge[dask].
+EXTRA_SUBCOMMANDS = ("scaling",)
 _HELP = {
     "overhead": "per-call host overhead of Futhark calls and CUDA launches vs their floors",
     "exchange": "zero-copy exchange with CuPy / PyTorch / numba vs the copying path",
     "fusion": "the fusion curve: a chain of N elementwise ops",
     "bandwidth": "saxpy / sum / scan bandwidth vs device copy (pybridge.bench.bandwidth)",
     "matmul": "matmul vs cuBLAS (pybridge.bench.matmul)",
+    "scaling": "strong/weak scaling over 1..N Dask workers or GPUs (pybridge.bench.scaling; needs pybridge[dask])",
 }
 
 
@@ -44,14 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--png", metavar="FILE", help="draw the rows (needs matplotlib)")
         sp.add_argument("--markdown", metavar="FILE", help="(re)generate BENCHMARKS.md: targets, figures, tables")
 
-    for name in SUBCOMMANDS:
+    for name in SUBCOMMANDS + EXTRA_SUBCOMMANDS:
         mod, why = _module(name)
-        sp = sub.add_parser(name, help=getattr(mod, "HELP", None) or _HELP[name] + ("" if mod else f" [{why}]"))
+        text = getattr(mod, "HELP", None) or _HELP[name] + ("" if mod else f" [{why}]")
+        sp = sub.add_parser(name, help=text.replace("%", "%%"))  # argparse formats help with %
         common(sp)
         if mod is not None:
             mod.add_arguments(sp)
         sp.set_defaults(modules=[name])
-    a = sub.add_parser("all", help="every subcommand above, in turn (each with its default options)")
+    a = sub.add_parser("all", help="every subcommand above but scaling, in turn (each with its default options)")
     common(a)
     a.set_defaults(modules=list(SUBCOMMANDS))
     r = sub.add_parser("report", help="table / PNG / BENCHMARKS.md from earlier --json files (runs nothing)")

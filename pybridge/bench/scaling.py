@@ -13,14 +13,13 @@ device, inputs already in Futhark (handles), timed as call + sync. ``speedup_vs_
 direct time of the same work (weak: the direct time at the per-worker size, times the workers)
 over the Dask time; ``efficiency`` is that speedup per worker (1 = perfect scaling).
 
-    python -m pybridge.bench.scaling --workers 1,2 --backend c         # CPU workers
-    python -m pybridge.bench.scaling --gpus 2                          # one worker per GPU, cuda
+    pybridge bench scaling --workers 1,2 --backend c          # CPU workers
+    pybridge bench scaling --gpus 2 --json scaling.json       # one worker per GPU, cuda backend
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -43,7 +42,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--matmul-size", type=int, default=None, help="n of n-by-n matrices (default 384 CPU, 8192 GPU)")
     p.add_argument("--chunks-per-worker", type=int, default=4)
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--json", default=None, help="also write the rows to this file")
 
 
 def _library(prog: str, backend: str) -> str:
@@ -122,7 +120,13 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     gpu = args.gpus > 0
     backend = args.backend or ("cuda" if gpu else "c")
     counts = list(range(1, args.gpus + 1)) if gpu else [int(w) for w in str(args.workers).split(",")]
-    sizes = {"saxpy": args.saxpy_size or (2**28 if gpu else 2**22), "matmul": args.matmul_size or (8192 if gpu else 384)}
+    quick = getattr(args, "quick", False)  # pybridge bench's common flag: small sizes, few repeats
+    sizes = {
+        "saxpy": args.saxpy_size or (2**16 if quick else 2**28 if gpu else 2**22),
+        "matmul": args.matmul_size or (64 if quick else 8192 if gpu else 384),
+    }
+    if quick:
+        args.repeat = min(args.repeat, 2)
     rows: list[dict[str, Any]] = []
     for kind in ("saxpy", "matmul"):
         n = sizes[kind]
@@ -145,25 +149,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def _print(rows: list[dict[str, Any]]) -> None:
-    cols = ["benchmark", "impl", "size", "median_us", "speedup_vs_direct", "efficiency"]
-    table = [[str(r.get(c, "")) if not isinstance(r.get(c), float) else f"{r[c]:.3g}" for c in cols] for r in rows]
-    widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
-    for t in table:
-        print("  ".join(v.ljust(w) for v, w in zip(t, widths)))
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pybridge.bench.scaling", description=HELP)
-    add_arguments(p)
-    ns = p.parse_args(argv)
-    rows = run(ns)
-    _print(rows)
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(rows, indent=1))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli import main
+
+    sys.exit(main(["scaling", *sys.argv[1:]]))
