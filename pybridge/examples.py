@@ -425,8 +425,9 @@ def _sum_ref(xs: np.ndarray) -> np.float32:
 def _dot_ref(xs: np.ndarray, ys: np.ndarray) -> np.float32:
     if xs.shape != ys.shape:
         raise ValueError("dot: xs and ys differ in length")
-    # f32*f32 products are exact in f64 (48 <= 53 significant bits).
-    return _F32(np.sum(xs.astype(_F64) * ys.astype(_F64)))
+    # f32*f32 products are exact in f64 (48 <= 53 significant bits); fsum rounds their sum once,
+    # where np.sum loses small terms to cancellation (1e-20 - 1 + 1 gives 0).
+    return _F32(math.fsum((xs.astype(_F64) * ys.astype(_F64)).tolist()))
 
 
 def _dot_f64_ref(xs: np.ndarray, ys: np.ndarray) -> np.float64:
