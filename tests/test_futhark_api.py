@@ -252,6 +252,14 @@ def test_program_error_keeps_context_usable(probe_lib):
     probe_lib.sync()
 
 
+def test_size_mismatch_is_a_program_error(probe_lib):
+    """The generated entry point returns 1 (not the documented 2) with its message; still a ProgramError."""
+    with pytest.raises(pf.ProgramError, match="invalid sizes") as err:
+        probe_lib.saxpy(2.0, np.ones(3, np.float32), np.ones(2, np.float32))
+    assert err.value.code == 1
+    np.testing.assert_array_equal(probe_lib.saxpy(2.0, np.ones(2, np.float32), np.ones(2, np.float32)).numpy(), [3, 3])
+
+
 def test_assertion_failure(types_lib):
     with pytest.raises(pf.ProgramError, match="Assertion is false"):
         types_lib.checked_div(1, 0)
