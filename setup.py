@@ -44,7 +44,8 @@ setup(
     install_requires=["numpy>=1.23", "cffi>=1.15"],
     extras_require={
         "cuda": ["pycuda>=2024.1"],
-        "test": ["pytest>=7", "hypothesis>=6.80"],
+        # futhark-ffi: the baseline that tests/test_futhark_ffi_baseline.py compares against.
+        "test": ["pytest>=7", "hypothesis>=6.80", "futhark-ffi>=0.14"],
         "bench": ["matplotlib>=3.6", "futhark-ffi>=0.14"],
     },
     entry_points={"console_scripts": ["pybridge=pybridge.cli:main"]},
