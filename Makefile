@@ -1,13 +1,21 @@
-# pybridge build: Futhark programs -> shared libraries + manifests, CUDA kernels -> cubin/PTX +
-# host-launcher libraries, conformance fixtures -> shared libraries. Missing tools skip their part
-# with one line saying what, why and how to get them; `make futhark` / `make cuda` alone fail instead.
+# pybridge build: Futhark programs (futhark/*.fut, and the test programs tests/reference/*.fut) ->
+# shared libraries + manifests for every backend in FUTHARK_BACKENDS; CUDA kernels -> cubin/PTX +
+# host-launcher libraries. Missing tools skip their part with one line saying what, why and how to
+# get them; `make futhark` / `make cuda` alone fail instead.
 
 # The Futhark compiler: $FUTHARK, else `futhark` on PATH, else the project-local install that
-# scripts/install-futhark.sh makes in .tools/ (Debian's package, no system-wide change).
+# scripts/install-futhark.sh makes in .tools/ (Debian's package, no system-wide change). Its
+# messages go to .tools/install-futhark.log; a failure is summarised in one line below.
+FUTHARK_LOG := .tools/install-futhark.log
 ifeq ($(origin FUTHARK),undefined)
-FUTHARK := $(shell scripts/install-futhark.sh)
+FUTHARK := $(shell mkdir -p .tools && scripts/install-futhark.sh 2>$(FUTHARK_LOG))
+FUTHARK_WHY = $(shell grep '^install-futhark:' $(FUTHARK_LOG) 2>/dev/null | grep -v 'releases/\|unpack it' | tail -n1 | cut -c18-)
 endif
-FUTHARK_BACKEND ?= c
+# Backends built by `make`; `make FUTHARK_BACKEND=cuda` (or any one backend) builds only that one.
+FUTHARK_BACKENDS ?= c multicore
+ifneq ($(origin FUTHARK_BACKEND),undefined)
+FUTHARK_BACKENDS := $(FUTHARK_BACKEND)
+endif
 NVCC            ?= nvcc
 CUDA_ARCH       ?= sm_90
 BUILD           ?= build
@@ -19,14 +27,11 @@ CUDA_HOME       ?= $(or $(wildcard /usr/local/cuda),$(patsubst %/bin/,%,$(dir $(
 BUILD := $(patsubst %/,%,$(BUILD))
 
 # ---------------------------------------------------------------- Futhark
-FUT_SRCS  := $(wildcard futhark/*.fut)
-FUT_PROGS := $(patsubst futhark/%.fut,%,$(FUT_SRCS))
-FUT_DIR   := $(BUILD)/futhark/$(FUTHARK_BACKEND)
-FUT_LIBS  := $(FUT_PROGS:%=$(FUT_DIR)/lib%.so)
-# The reference programs the conformance fixtures imitate, built by the real compiler when present,
-# so the same API tests run on real output and on the fixtures.
-REF_DIR   := $(BUILD)/reference/$(FUTHARK_BACKEND)
-REF_LIBS  := $(REF_DIR)/libtypes.so $(REF_DIR)/libprobe.so
+# build/futhark/<backend>/ from futhark/*.fut (shipped by `pip install .`); build/reference/<backend>/
+# from tests/reference/*.fut (test data the API tests run on, never shipped).
+FUT_PROGS := $(patsubst futhark/%.fut,%,$(wildcard futhark/*.fut))
+REF_PROGS := $(patsubst tests/reference/%.fut,%,$(wildcard tests/reference/*.fut))
+FUT_LIBS  := $(foreach b,$(FUTHARK_BACKENDS),$(FUT_PROGS:%=$(BUILD)/futhark/$(b)/lib%.so) $(REF_PROGS:%=$(BUILD)/reference/$(b)/lib%.so))
 
 # Link flags the generated C needs, per backend (cuda: measured with Futhark 0.25.34).
 FUT_LDLIBS_c         := -lm
@@ -35,12 +40,11 @@ FUT_LDLIBS_cuda      := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcud
 FUT_LDLIBS_opencl    := -lOpenCL -lm
 FUT_LDLIBS_hip       := -lamdhip64 -lhiprtc -lm
 FUT_CFLAGS_cuda      := -I$(CUDA_HOME)/include
-FUT_LDLIBS := $(FUT_LDLIBS_$(FUTHARK_BACKEND))
 
 HAVE_FUTHARK := $(if $(FUTHARK),$(shell command -v $(FUTHARK) >/dev/null 2>&1 && echo yes))
-FUTHARK_MISSING := skipped futhark/*.fut ($(FUTHARK_BACKEND) backend): Futhark compiler '$(FUTHARK)' not found. \
-Get the official release tarball from https://futhark-lang.org/releases/ (futhark-<version>-linux-x86_64.tar.xz), \
-unpack it and put its bin/ on PATH, or run make FUTHARK=/path/to/futhark.
+FUTHARK_MISSING = skipped futhark/*.fut and tests/reference/*.fut ($(FUTHARK_BACKENDS)): no Futhark compiler \
+$(if $(FUTHARK),'$(FUTHARK)' )($(or $(FUTHARK_WHY),not found)). \
+Get the official release from https://futhark-lang.org/releases/ and put its bin/ on PATH, or run make FUTHARK=/path/to/futhark.
 
 # ---------------------------------------------------------------- CUDA
 CU_SRCS  := $(wildcard kernels_cu/*.cu)
@@ -57,14 +61,14 @@ HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo yes)
 NVCC_MISSING := skipped kernels_cu/*.cu: CUDA compiler '$(NVCC)' not found. \
 Install the CUDA toolkit (https://developer.nvidia.com/cuda-downloads) and put its bin/ on PATH, or run make NVCC=/path/to/nvcc.
 
-.PHONY: all futhark cuda fixtures test clean info
-all: futhark-if-available cuda-if-available fixtures
+.PHONY: all futhark cuda test clean info
+all: futhark-if-available cuda-if-available
 
 # ---- Futhark rules
 .PHONY: futhark-if-available cuda-if-available
 ifeq ($(HAVE_FUTHARK),yes)
 futhark-if-available: futhark
-futhark: $(FUT_LIBS) $(REF_LIBS)
+futhark: $(FUT_LIBS)
 else
 futhark-if-available:
 	@echo "make: $(FUTHARK_MISSING)"
@@ -72,26 +76,21 @@ futhark:
 	@echo "make: $(FUTHARK_MISSING)" >&2; exit 1
 endif
 
-# `futhark <backend> --library -o DIR/prog` writes prog.c, prog.h and prog.json.
-$(FUT_DIR)/%.c $(FUT_DIR)/%.h $(FUT_DIR)/%.json &: futhark/%.fut
-	@mkdir -p $(FUT_DIR)
-	$(FUTHARK) $(FUTHARK_BACKEND) --library -o $(FUT_DIR)/$* $<
-	$(if $(filter cuda,$(FUTHARK_BACKEND)),scripts/futhark_cuda13_compat.sh $(CUDA_HOME)/include $(FUT_DIR)/$*.c)
+# `futhark <backend> --library -o DIR/prog` writes prog.c, prog.h and prog.json; one set of rules
+# per (backend, source folder, output folder). With FUTHARK=/bin/true the carried generated C is
+# compiled as it is (the GPU machine has nvcc but no Futhark).
+define FUT_RULES
+$(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json &: $(2)/%.fut
+	@mkdir -p $(BUILD)/$(3)/$(1)
+	$$(FUTHARK) $(1) --library -o $(BUILD)/$(3)/$(1)/$$* $$<
+	$(if $(filter cuda,$(1)),scripts/futhark_cuda13_compat.sh $$(CUDA_HOME)/include $(BUILD)/$(3)/$(1)/$$*.c)
 
-$(FUT_DIR)/lib%.so: $(FUT_DIR)/%.c $(FUT_DIR)/%.h
-	$(CC) -O3 -fPIC -shared $(FUT_CFLAGS_$(FUTHARK_BACKEND)) -o $@ $< $(FUT_LDLIBS)
+$(BUILD)/$(3)/$(1)/lib%.so: $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h
+	$$(CC) -O3 -fPIC -shared $$(FUT_CFLAGS_$(1)) -o $$@ $$< $$(FUT_LDLIBS_$(1))
 
-.PRECIOUS: $(FUT_DIR)/%.c $(FUT_DIR)/%.h $(FUT_DIR)/%.json
-
-$(REF_DIR)/%.c $(REF_DIR)/%.h $(REF_DIR)/%.json &: tests/reference/%.fut
-	@mkdir -p $(REF_DIR)
-	$(FUTHARK) $(FUTHARK_BACKEND) --library -o $(REF_DIR)/$* $<
-	$(if $(filter cuda,$(FUTHARK_BACKEND)),scripts/futhark_cuda13_compat.sh $(CUDA_HOME)/include $(REF_DIR)/$*.c)
-
-$(REF_DIR)/lib%.so: $(REF_DIR)/%.c $(REF_DIR)/%.h
-	$(CC) -O3 -fPIC -shared $(FUT_CFLAGS_$(FUTHARK_BACKEND)) -o $@ $< $(FUT_LDLIBS)
-
-.PRECIOUS: $(REF_DIR)/%.c $(REF_DIR)/%.h $(REF_DIR)/%.json
+.PRECIOUS: $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json
+endef
+$(foreach b,$(FUTHARK_BACKENDS),$(eval $(call FUT_RULES,$(b),futhark,futhark))$(eval $(call FUT_RULES,$(b),tests/reference,reference)))
 
 # ---- CUDA rules
 ifeq ($(HAVE_NVCC),yes)
@@ -116,15 +115,12 @@ $(CU_DIR)/lib%.so: kernels_cu/%.cu $(CU_HDRS)
 	@mkdir -p $(CU_DIR)
 	$(NVCC) $(NVCCFLAGS) $(CU_GENCODE) -shared -Xcompiler -fPIC -o $@ $<
 
-# ---- Conformance fixtures (C libraries implementing the Futhark C API; see tests/fixtures/)
-include tests/fixtures/fixtures.mk
-
 # ---- Tests and housekeeping
 test: all
 	$(PYTHON) -m pytest -rs tests
 
 info:
-	@echo "futhark: $(if $(HAVE_FUTHARK),$(shell command -v $(FUTHARK)),missing)  backend: $(FUTHARK_BACKEND)"
+	@echo "futhark: $(if $(HAVE_FUTHARK),$(shell command -v $(FUTHARK)),missing)  backends: $(FUTHARK_BACKENDS)"
 	@echo "nvcc:    $(if $(HAVE_NVCC),$(shell command -v $(NVCC)),missing)  arch: $(CUDA_ARCH)"
 	@echo "build:   $(BUILD)"
 

@@ -12,7 +12,8 @@ ARTEFACTS = ("*.so", "*.json", "*.h", "*.cubin", "*.ptx", "*.fatbin")
 
 
 class build_py_with_artefacts(build_py):
-    """Copy what `make` built (build/futhark, build/cuda, build/fixtures) into the package."""
+    """Copy what `make` built for users (build/futhark, build/cuda) into the package; build/reference
+    holds test programs and is never shipped."""
 
     def run(self):
         super().run()
@@ -21,7 +22,7 @@ class build_py_with_artefacts(build_py):
         if not src.is_dir():
             print("pybridge: no build/ directory; run `make` first to ship compiled libraries")
             return
-        for sub in ("futhark", "cuda", "fixtures"):
+        for sub in ("futhark", "cuda"):
             for pattern in ARTEFACTS:
                 for f in (src / sub).rglob(pattern) if (src / sub).is_dir() else ():
                     if "__pycache__" in f.parts or f.name.endswith((".o",)):
@@ -43,7 +44,8 @@ setup(
     install_requires=["numpy>=1.23", "cffi>=1.15"],
     extras_require={
         "cuda": ["pycuda>=2024.1"],
-        "test": ["pytest>=7", "hypothesis>=6.80", "dask[array]>=2024.12", "distributed>=2024.12"],
+        # futhark-ffi: the baseline that tests/test_futhark_ffi_baseline.py compares against.
+        "test": ["pytest>=7", "hypothesis>=6.80", "futhark-ffi>=0.14", "dask[array]>=2024.12", "distributed>=2024.12"],
         "dask": ["dask[array]>=2024.12", "distributed>=2024.12"],
         "bench": ["matplotlib>=3.6", "futhark-ffi>=0.14"],
     },

@@ -1,6 +1,6 @@
 """Property tests of Futhark entry points and CUDA kernels against NumPy: copy this file and adapt.
 
-    make                                   # builds build/futhark/c/lib*.so (and CUDA, fixtures)
+    make                                   # builds build/futhark/{c,multicore}/lib*.so (and CUDA kernels)
     python -m pytest examples/test_my_kernels.py
 
 Each test says "this target computes what this NumPy function computes". pybridge.testing reads

@@ -43,7 +43,7 @@ def built_backends() -> dict[str, list[str]]:
     """'futhark/c' -> [program names] for every build directory found."""
     found: dict[str, list[str]] = {}
     for d in paths.build_dirs():
-        for kind in ("futhark", "fixtures", "reference"):
+        for kind in ("futhark", "reference"):
             for b in sorted((d / kind).glob("*")) if (d / kind).is_dir() else ():
                 libs = sorted(p.stem.removeprefix("lib") for p in b.glob("lib*.so"))
                 if libs:
@@ -103,7 +103,7 @@ def _run_futhark_example(ex: Any, libs: dict[Path, Any], size: int | None) -> tu
         if found:
             break
     else:
-        return ("-", "not built", "-", "no fixture implements it: `make` with the Futhark compiler on PATH")
+        return ("-", "not built", "-", "run `make` (it obtains the Futhark compiler) to build futhark/*.fut")
     src, path = found
     where = f"{src.kind}:{src.library}/{backend}"
     try:
@@ -212,9 +212,8 @@ def cmd_demo(ns: argparse.Namespace) -> int:
           "for kernels_cu, writing into a reused out=).")
     built = built_backends()
     if not any(k.startswith("futhark/") for k in built):
-        print("\nNo Futhark compiler output was found, so the demo ran the conformance fixtures "
-              "(C libraries implementing Futhark's C API). For the real programs in futhark/: install "
-              "Futhark (https://futhark-lang.org/releases/) and run `make`.")
+        print("\nNo Futhark library was built, so no Futhark example ran. `make` obtains the Futhark "
+              "compiler (scripts/install-futhark.sh) and builds futhark/*.fut.")
     if not gpu:
         print(f"No GPU here ({why}): CUDA kernels and the cuda backend were not run. On a machine "
               "with an NVIDIA GPU: `make cuda` and `pip install 'pybridge[cuda]'`.")

@@ -3,9 +3,8 @@
 Each :class:`Example` names one computation and says
 
 * where to run it: Futhark libraries in order of preference (:class:`LibrarySource`: the programs
-  in ``futhark/*.fut`` first, then the conformance fixtures built from ``tests/reference/probe.fut``'s
-  entry points, so the demo also runs where no Futhark compiler was available), and the name of
-  the operation in the CUDA catalog (``pybridge/cuda/catalog.py``) that computes the same thing;
+  in ``futhark/*.fut`` first, then the test program ``tests/reference/probe.fut``, which only the
+  tests and benchmarks of a checkout use), and the name of the operation in the CUDA catalog (``pybridge/cuda/catalog.py``) that computes the same thing;
 * what the answer is: a NumPy reference (accumulating in float64 where that makes the reference
   better, then cast to the result's dtype);
 * how to make inputs: ``make_inputs(rng, size)`` returns the entry point's positional arguments
@@ -72,7 +71,7 @@ CUDA_OPS: frozenset[str] = frozenset(
 )
 #: futhark/chain.fut has chain1 ... chain30.
 CHAIN_LENGTHS: tuple[int, ...] = tuple(range(1, 31))
-#: tests/reference/probe.fut (and so the fixtures) has only these chains.
+#: tests/reference/probe.fut has only these chains.
 PROBE_CHAIN_LENGTHS: tuple[int, ...] = (1, 2, 4, 8, 16, 30)
 
 _F32 = np.float32
@@ -337,8 +336,8 @@ class LibrarySource:
     """One Futhark library that implements an example.
 
     ``kind`` "futhark": ``build/futhark/<backend>/lib<library>.so`` from ``futhark/<library>.fut``;
-    "fixture": ``build/fixtures/<backend>/lib<library>.so``, a C library implementing the Futhark C
-    API for the entry points of ``tests/reference/<library>.fut``.  ``fields`` maps the example's
+    "reference": ``build/reference/<backend>/lib<library>.so`` from the test program
+    ``tests/reference/<library>.fut`` (built by ``make`` in a checkout, never installed).  ``fields`` maps the example's
     canonical record fields to this library's field names (None: the same names).
     """
 
@@ -348,12 +347,12 @@ class LibrarySource:
     fields: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in ("futhark", "fixture"):
+        if self.kind not in ("futhark", "reference"):
             raise ValueError(f"unknown library kind {self.kind!r}")
 
     @property
     def build_subdir(self) -> str:
-        return "futhark" if self.kind == "futhark" else "fixtures"
+        return self.kind
 
     def library_relpath(self, backend: str) -> str:
         """Path of the shared library relative to a build directory."""
@@ -403,7 +402,7 @@ class Example:
         return self.tolerance.check(tuple(args), expected, actual, fields)
 
     def source(self, kind: str) -> LibrarySource | None:
-        """The first source of the given kind ("futhark" or "fixture"), or None."""
+        """The first source of the given kind ("futhark" or "reference"), or None."""
         return next((s for s in self.sources if s.kind == kind), None)
 
 
@@ -426,8 +425,9 @@ def _sum_ref(xs: np.ndarray) -> np.float32:
 def _dot_ref(xs: np.ndarray, ys: np.ndarray) -> np.float32:
     if xs.shape != ys.shape:
         raise ValueError("dot: xs and ys differ in length")
-    # f32*f32 products are exact in f64 (48 <= 53 significant bits).
-    return _F32(np.sum(xs.astype(_F64) * ys.astype(_F64)))
+    # f32*f32 products are exact in f64 (48 <= 53 significant bits); fsum rounds their sum once,
+    # where np.sum loses small terms to cancellation (1e-20 - 1 + 1 gives 0).
+    return _F32(math.fsum((xs.astype(_F64) * ys.astype(_F64)).tolist()))
 
 
 def _dot_f64_ref(xs: np.ndarray, ys: np.ndarray) -> np.float64:
@@ -742,7 +742,7 @@ def _fut(library: str, entry: str, fields: Mapping[str, str] | None = None) -> L
 
 
 def _probe(entry: str, fields: Mapping[str, str] | None = None) -> LibrarySource:
-    return LibrarySource("fixture", "probe", entry, fields)
+    return LibrarySource("reference", "probe", entry, fields)
 
 
 def _build_catalog() -> dict[str, Example]:
@@ -790,7 +790,7 @@ def _build_catalog() -> dict[str, Example]:
     # stats: sum as for "sum" in f64; mean = sum/n; the two-pass variance's error is second order
     # in the mean's error plus (n+3)u relative from squaring and summing (doubled); std from the
     # variance's bound through |sqrt a - sqrt b| <= min(sqrt|a-b|, |a-b|/sqrt a).  The probe
-    # fixture's record has fields mean and sd (= std) only.
+    # program's record has fields mean and sd (= std) only.
     ex.append(Example(
         name="stats", summary="sum, mean and population std of an f64 sample (one record)",
         sources=(_fut("stats", "stats"), _probe("stats", {"mean": "mean", "std": "sd"})),
@@ -894,7 +894,7 @@ def _build_catalog() -> dict[str, Example]:
         tags=frozenset({"error"}),
     ))
 
-    # Probe-only entries (fixtures): integer, bool and exactly representable results, exact.
+    # Probe-only entries (tests/reference/probe.fut): integer, bool and exactly representable results, exact.
     ex.append(Example(
         name="trivial", summary="x + 1 on an i32 (call overhead)",
         sources=(_probe("trivial"),), cuda_op=None,
@@ -951,10 +951,11 @@ def by_cuda_op(op: str) -> list[Example]:
 def find_library(
     example: Example | str,
     backend: str = "c",
-    kinds: Iterable[str] = ("futhark", "fixture"),
+    kinds: Iterable[str] = ("futhark",),
 ) -> tuple[LibrarySource, Path] | None:
-    """The first of the example's sources (of the given kinds) whose library has been built for
-    ``backend``, with the path of its ``lib*.so``; None if none is built."""
+    """The first of the example's sources (of the given kinds: by default the programs of
+    ``futhark/``, which installs ship; ``"reference"`` adds the test program ``probe``) whose library
+    has been built for ``backend``, with the path of its ``lib*.so``; None if none is built."""
     from pybridge import paths  # only the build-directory lookup; no Futhark or CUDA imports
 
     ex = get(example) if isinstance(example, str) else example

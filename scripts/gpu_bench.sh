@@ -5,7 +5,7 @@
 set -u
 export PYTHONUNBUFFERED=1
 source .gpu-wheels/install.sh
-[ -e build/futhark/cuda/libchain.so ] || { make cuda fixtures >/dev/null 2>&1; make futhark FUTHARK_BACKEND=cuda FUTHARK=/bin/true -j16 >/dev/null 2>&1; }
+[ -e build/futhark/cuda/libchain.so ] || { make cuda >/dev/null 2>&1; make futhark FUTHARK_BACKEND=cuda FUTHARK=/bin/true -j16 >/dev/null 2>&1; }
 OUT=${OUT:-.}
 timeout ${BENCH_TIMEOUT:-500} python3 -m pybridge bench all --json "$OUT/benchmarks.json" --png "$OUT/benchmarks.png" \
   --markdown BENCHMARKS.md 2>/dev/null | tail -80

@@ -6,13 +6,13 @@ set -u
 export PYTHONUNBUFFERED=1 PYBRIDGE_GPU_EXAMPLES=${PYBRIDGE_GPU_EXAMPLES:-20}
 source .gpu-wheels/install.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
-echo "== make cuda fixtures"; make cuda fixtures 2>&1 | grep -E "error|warning|skipped" | head -20
+echo "== make cuda"; make cuda 2>&1 | grep -E "error|warning|skipped" | head -20
 echo "== futhark cuda libraries from carried generated C"
 make futhark FUTHARK_BACKEND=cuda FUTHARK=/bin/true 2>&1 | grep -E "error|Error" | head
-ls build/futhark/cuda/*.so build/reference/cuda/*.so build/fixtures/cuda/*.so 2>&1 | wc -l
+ls build/futhark/cuda/*.so build/reference/cuda/*.so 2>&1 | wc -l
 python3 -m pip install -q --no-build-isolation --no-deps . 2>&1 | grep -v WARN | tail -1
 echo "== GPU tests"
-for f in ${GPU_TEST_FILES:-tests/gpu/test_futhark_cuda.py tests/test_futhark_api.py tests/test_fixture_conformance.py tests/test_futhark_programs.py tests/gpu/test_cuda_kernels.py tests/gpu/test_cuda_interop.py tests/gpu/test_cuda_compile.py tests/gpu/test_thin_path.py}; do
+for f in ${GPU_TEST_FILES:-tests/gpu/test_futhark_cuda.py tests/test_futhark_api.py tests/test_futhark_c_api.py tests/test_futhark_programs.py tests/gpu/test_cuda_kernels.py tests/gpu/test_cuda_interop.py tests/gpu/test_cuda_compile.py tests/gpu/test_thin_path.py}; do
   log=$OUT/$(basename $f .py).log
   timeout ${GPU_TEST_TIMEOUT:-150} python3 -m pytest -q -rfEs -p no:cacheprovider --timeout 120 -m gpu $f > $log 2>&1
   echo "$f: rc=$? $(tail -1 $log)"

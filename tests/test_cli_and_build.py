@@ -73,3 +73,39 @@ def test_user_program_builds_and_loads_in_one_call(tmp_path, monkeypatch, backen
     so = build_program(src, backend=backend)
     mtime = so.stat().st_mtime_ns
     assert build_program(src, backend=backend).stat().st_mtime_ns == mtime
+
+
+def test_installed_package_ships_programs_but_no_test_data(tmp_path):
+    """What `pip install .` puts in the package (setup.py's build_py): futhark/ programs and CUDA
+    kernels that `make` built, never the test programs of build/reference/ (or any test double)."""
+    if not (ROOT / "build" / "futhark" / "c" / "libsaxpy.so").exists():
+        pytest.skip("build/futhark/c/libsaxpy.so not built: run `make` (it obtains the Futhark compiler)")
+    lib_dir = tmp_path / "site"
+    subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib_dir)],
+                   cwd=ROOT, check=True, capture_output=True)
+    shipped = lib_dir / "pybridge" / "_build"
+    assert sorted(p.name for p in shipped.iterdir()) <= ["cuda", "futhark"]
+    assert {p.name for p in (shipped / "futhark").iterdir()} >= {"c", "multicore"}
+    assert (shipped / "futhark" / "c" / "libsaxpy.so").is_file()
+    code = (
+        "import pybridge.futhark as pf, pybridge.paths as p\n"
+        "assert [d.name for d in p.build_dirs()] == ['_build'], p.build_dirs()\n"
+        "with pf.load('saxpy', backend='c') as lib:\n"
+        "    assert lib.saxpy(2.0, [1.0], [1.0]).numpy().tolist() == [3.0]\n"
+        "try:\n"
+        "    pf.load('types')\n"
+        "except FileNotFoundError as e:\n"
+        "    print('NOT FOUND:', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYBRIDGE_BUILD"}
+    env["PYTHONPATH"] = str(lib_dir)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "NOT FOUND: no built Futhark library named 'types'" in proc.stdout
+    assert "futhark/c/libtypes.so" in proc.stdout  # says where it looked
+
+
+def test_test_programs_are_not_found_by_name():
+    """In a checkout too: the reference programs are test data, loaded by path only."""
+    with pytest.raises(FileNotFoundError, match="no built Futhark library named 'probe'"):
+        pf.load("probe")

@@ -120,7 +120,7 @@ def test_catalog_names_ops_and_sources():
         assert ex.cuda_op is None or ex.cuda_op in E.CUDA_OPS
         assert ex.tolerance.rule
         for src in ex.sources:
-            assert src.kind in ("futhark", "fixture")
+            assert src.kind in ("futhark", "reference")
     # Every CUDA catalog operation has at least one example.
     assert {e.cuda_op for e in E.EXAMPLES.values()} - {None} == set(E.CUDA_OPS)
     assert [e.name for e in E.by_cuda_op("chain")] == [f"chain{n}" for n in range(1, 31)]
@@ -134,12 +134,12 @@ def test_source_preference_and_paths():
     sax = E.get("saxpy")
     assert [(s.kind, s.library, s.entry) for s in sax.sources] == [
         ("futhark", "saxpy", "saxpy"),
-        ("fixture", "probe", "saxpy"),
+        ("reference", "probe", "saxpy"),
     ]
     assert sax.sources[0].library_relpath("c") == "futhark/c/libsaxpy.so"
-    assert sax.sources[1].library_relpath("cuda") == "fixtures/cuda/libprobe.so"
-    assert sax.sources[1].manifest_relpath("c") == "fixtures/c/probe.json"
-    assert E.get("stats").source("fixture").fields == {"mean": "mean", "std": "sd"}
+    assert sax.sources[1].library_relpath("cuda") == "reference/cuda/libprobe.so"
+    assert sax.sources[1].manifest_relpath("c") == "reference/c/probe.json"
+    assert E.get("stats").source("reference").fields == {"mean": "mean", "std": "sd"}
     with pytest.raises(ValueError):
         E.LibrarySource("opencl", "x", "y")
 
@@ -149,17 +149,18 @@ def test_find_library_uses_build_dirs(tmp_path, monkeypatch):
 
     monkeypatch.setattr(paths, "build_dirs", lambda: [tmp_path])  # ignore any real build/
     assert E.find_library("saxpy", "c") is None
-    # A fixture only: the second choice is found.
-    (tmp_path / "fixtures" / "c").mkdir(parents=True)
-    (tmp_path / "fixtures" / "c" / "libprobe.so").write_bytes(b"")
-    src, path = E.find_library("saxpy", "c")
-    assert src.kind == "fixture" and path == tmp_path / "fixtures" / "c" / "libprobe.so"
+    # The test program only: found when asked for ("reference"), never by default (the demo).
+    (tmp_path / "reference" / "c").mkdir(parents=True)
+    (tmp_path / "reference" / "c" / "libprobe.so").write_bytes(b"")
+    assert E.find_library("saxpy", "c") is None
+    src, path = E.find_library("saxpy", "c", kinds=("futhark", "reference"))
+    assert src.kind == "reference" and path == tmp_path / "reference" / "c" / "libprobe.so"
     (tmp_path / "futhark" / "c").mkdir(parents=True)
     (tmp_path / "futhark" / "c" / "libsaxpy.so").write_bytes(b"")
-    src, path = E.find_library("saxpy", "c")
+    src, path = E.find_library("saxpy", "c", kinds=("futhark", "reference"))
     assert src.kind == "futhark" and path == tmp_path / "futhark" / "c" / "libsaxpy.so"
-    assert E.find_library("saxpy", "c", kinds=("fixture",))[0].kind == "fixture"
-    assert E.find_library("matmul", "c", kinds=("fixture",)) is None
+    assert E.find_library("saxpy", "c", kinds=("reference",))[0].kind == "reference"
+    assert E.find_library("matmul", "c", kinds=("reference",)) is None
     assert E.find_library("saxpy", "multicore") is None
 
 
@@ -245,12 +246,12 @@ def test_chain_fut_has_all_thirty_and_matches_probe():
         assert re.search(pat, probe, re.M).group(0) == re.search(pat, text, re.M).group(0)
 
 
-def test_fixture_sources_match_the_probe_manifest():
+def test_reference_sources_match_the_probe_manifest():
     manifest = json.loads((REFERENCE_DIR / "probe.c.json").read_text())
     eps = manifest["entry_points"]
     for ex in E.EXAMPLES.values():
         for src in ex.sources:
-            if src.kind != "fixture":
+            if src.kind != "reference":
                 continue
             assert src.library == "probe"
             assert src.entry in eps, f"{ex.name}: probe has no entry {src.entry}"
@@ -404,7 +405,7 @@ def test_stats_reference_and_tolerance(xs):
     assert r.ok, r.message
     # The probe's record: only mean and sd, read under its own names.
     probe = SimpleNamespace(mean=ref["mean"], sd=ref["std"])
-    assert ex.check((xs,), probe, source=ex.source("fixture")).ok
+    assert ex.check((xs,), probe, source=ex.source("reference")).ok
 
 
 @SETTINGS

@@ -6,8 +6,8 @@ Inputs come from each entry point's manifest and its header in futhark/<prog>.fu
 shared between parameters, and size parameters such as ``nbins`` or ``w``/``h``, are honoured);
 the catalog's demo inputs at sizes 0, 1, 1000 and 65536 (1 and 1000 for the bounds checks) run as
 explicit examples of every property test. Each test needs ``build/futhark/<backend>/lib<prog>.so``
-and skips, saying how to build it, where it is missing (``make futhark FUTHARK_BACKEND=<backend>``
-with the Futhark compiler on PATH). Backends: c and multicore; cuda as well, marked ``gpu``.
+(``make`` builds c and multicore, obtaining the Futhark compiler) and skips, saying how to build it,
+where it is missing. Backends: c and multicore; cuda as well, marked ``gpu``.
 """
 
 from __future__ import annotations
@@ -49,10 +49,8 @@ f32 = np.float32
 def _load_or_skip(prog: str, backend: str):
     rel = f"futhark/{backend}/lib{prog}.so"
     if find_build_file(rel) is None:
-        pytest.skip(
-            f"build/{rel} not built: run `make futhark FUTHARK_BACKEND={backend}` with the Futhark "
-            f"compiler on PATH (or make FUTHARK=/path/to/futhark)"
-        )
+        how = "make" if backend in ("c", "multicore") else f"make futhark FUTHARK_BACKEND={backend}"
+        pytest.skip(f"build/{rel} not built: run `{how}` (it obtains the Futhark compiler)")
     import pybridge.futhark as pf  # only once a library exists: a broken import is then a failure
 
     return pf.load(prog, backend=backend)

@@ -1,7 +1,8 @@
 """Tests of pybridge.testing: the .fut header parser, the strategies, the comparison, check_against
 (headline: a deliberately wrong saxpy is caught with a minimal counterexample) and the handle
-lifecycle machine. Everything here runs without a GPU; library-backed tests use a C library
-compiled at test time (tests/toolkit/offbyone.c) and the conformance fixtures (skipped if unbuilt).
+lifecycle machine. Everything here runs without a GPU; library-backed tests use the real compiler's
+output: tests/toolkit/offbyone.fut (wrong on purpose), compiled at test time, and the reference
+programs that `make` builds (build/reference/c/).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from pybridge.testing.strategies import ArraySpec, PrimSpec, RecordArraySpec, Re
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "tests" / "reference"
 TOOLKIT = ROOT / "tests" / "toolkit"
-FIXTURES = ROOT / "build" / "fixtures" / "c"
+REFERENCE_C = Path("reference") / "c"
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NO_DB = settings(database=None, max_examples=200, deadline=None, report_multiple_bugs=False)  # no replays
 
@@ -839,23 +840,16 @@ def test_kernel_target_launch_and_readback() -> None:
 # ====================================================================== with Futhark libraries
 
 
-def _cc() -> str:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler (cc) to build tests/toolkit/offbyone.c")
-    return cc
-
-
 @pytest.fixture(scope="module")
 def offbyone_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """liboffbyone.so + offbyone.json + offbyone.fut in a fresh directory, compiled now."""
+    from pybridge.futhark.build import build_program, futhark_compiler
+
+    if futhark_compiler() is None:
+        pytest.skip("Futhark compiler not found: run `make` (it obtains one) or set FUTHARK=")
     d = tmp_path_factory.mktemp("offbyone")
-    subprocess.run(
-        [_cc(), "-shared", "-fPIC", "-O1", "-ffp-contract=off", "-o", str(d / "liboffbyone.so"), str(TOOLKIT / "offbyone.c")],
-        check=True,
-    )
-    shutil.copy(TOOLKIT / "offbyone.json", d / "offbyone.json")
-    shutil.copy(TOOLKIT / "offbyone.fut", d / "offbyone.fut")
+    build_program(TOOLKIT / "offbyone.fut", backend="c", out_dir=d)  # copies the source beside the library
+    assert (d / "offbyone.fut").is_file()
     return d
 
 
@@ -897,29 +891,35 @@ def test_without_shared_sizes_the_program_error_surfaces(offbyone: Any) -> None:
         check_against(_saxpy_ref, offbyone.saxpy_ok, source=False, settings=NO_DB)
 
 
-def _fixture(name: str) -> Any:
+def _reference_dir() -> Path:
+    from pybridge.paths import find_build_file
+
+    found = find_build_file(REFERENCE_C / "libprobe.so")
+    if found is None:
+        pytest.skip(f"{REFERENCE_C}/libprobe.so is not built: run `make` (it obtains the Futhark compiler)")
+    return found.parent
+
+
+def _reference(name: str) -> Any:
     pf = pytest.importorskip("pybridge.futhark")
-    path = FIXTURES / f"{name}.json"
-    if not (FIXTURES / f"lib{name}.so").exists():
-        pytest.skip(f"{FIXTURES}/lib{name}.so is not built (run `make fixtures`)")
-    return pf.load(path)
+    return pf.load(_reference_dir() / f"{name}.json")
 
 
 @pytest.fixture(scope="module")
 def probe() -> Iterator[Any]:
-    lib = _fixture("probe")
+    lib = _reference("probe")
     yield lib
     lib.close()
 
 
 @pytest.fixture(scope="module")
 def types_lib() -> Iterator[Any]:
-    lib = _fixture("types")
+    lib = _reference("types")
     yield lib
     lib.close()
 
 
-def test_fixture_probe_entry_points(probe: Any) -> None:
+def test_probe_entry_points(probe: Any) -> None:
     check_against(_saxpy_ref, probe.saxpy, sizes={"xs": "[n]", "ys": "[n]"})
     check_against(lambda xs: np.float32(xs.astype(np.float64).sum()), probe.sum, reduction=True, min_value=-1e6, max_value=1e6)
     check_against(lambda x, y, z: (x * np.float32(2), not y, z + z), probe.pair)
@@ -931,7 +931,7 @@ def test_fixture_probe_entry_points(probe: Any) -> None:
     assert probe.live_values() == 0
 
 
-def test_fixture_types_every_kind(types_lib: Any) -> None:
+def test_types_every_kind(types_lib: Any) -> None:
     lib = types_lib
     small: dict[str, Any] = dict(min_value=-1e3, max_value=1e3)
     check_against(lambda p: np.float32(np.sqrt(p["x"] ** 2 + p["y"] ** 2)), lib.norm, **small)  # record in
@@ -1003,7 +1003,7 @@ def test_lifecycle_machine_on_offbyone(offbyone: Any) -> None:
     assert offbyone.live_values() == 0
 
 
-def test_lifecycle_machine_on_fixtures(probe: Any, types_lib: Any) -> None:
+def test_lifecycle_machine_on_reference_programs(probe: Any, types_lib: Any) -> None:
     _run_machine(probe)  # bump consumes: the consume rule runs
     _run_machine(types_lib)  # fill consumes []i32; points/ranks/... are called
 
@@ -1011,8 +1011,6 @@ def test_lifecycle_machine_on_fixtures(probe: Any, types_lib: Any) -> None:
 def _fresh_copy(src_dir: Path, prog: str, dest: Path) -> Any:
     """A private copy of a library: what a test breaks there (leaked C values) stays there."""
     pf = pytest.importorskip("pybridge.futhark")
-    if not (src_dir / f"lib{prog}.so").exists():
-        pytest.skip(f"{src_dir}/lib{prog}.so is not built (run `make fixtures`)")
     for f in (f"lib{prog}.so", f"{prog}.json"):
         shutil.copy(src_dir / f, dest / f)
     return pf.load(dest / f"{prog}.json")
@@ -1021,7 +1019,7 @@ def _fresh_copy(src_dir: Path, prog: str, dest: Path) -> Any:
 def test_lifecycle_machine_catches_a_forgotten_consume(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from pybridge.futhark.values import Value
 
-    lib = _fresh_copy(FIXTURES, "probe", tmp_path)
+    lib = _fresh_copy(_reference_dir(), "probe", tmp_path)
     monkeypatch.setattr(Value, "_mark_consumed", lambda self, by: None)  # the handle layer "forgets"
     with pytest.raises(AssertionError):
         _run_machine(lib, entries=["bump"])
@@ -1032,10 +1030,12 @@ def test_lifecycle_machine_catches_a_leak(monkeypatch: pytest.MonkeyPatch, offby
 
     lib = _fresh_copy(offbyone_dir, "offbyone", tmp_path)
 
-    def leaky_release(self: Any, status: str) -> None:  # marks the handle freed, never calls C free
+    leaked: list[Any] = []  # kept alive, so that their ids (the context's registry keys) stay theirs
+
+    def leaky_release(self: Any, status: str) -> None:  # marks the handle freed, frees nothing
         if self._status is None:
             self._status = status
-            self._ctx.unregister(self)
+            leaked.append(self)
 
     monkeypatch.setattr(Value, "_release", leaky_release)
     with pytest.raises(AssertionError, match="live values|leaked"):

@@ -73,7 +73,7 @@ def futhark_rows(backend: str, calls: int, repeat: int, quick: bool) -> list[dic
     b = f"futhark-call ({backend})"
     so = probe_library(backend)
     if so is None:
-        return [skipped(b, "all", f"no probe library for {backend}: run `make futhark` (or `make fixtures`)")]
+        return [skipped(b, "all", f"no probe library for {backend}: run `make futhark FUTHARK_BACKEND={backend}` in a checkout")]
     rows: list[dict[str, Any]] = []
     lib = pf.load(so)
     mode = getattr(lib, "mode", None) or "?"

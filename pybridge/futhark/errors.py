@@ -1,8 +1,10 @@
 """Exceptions for Futhark calls.
 
 Futhark's C API returns 0 on success, ``FUTHARK_PROGRAM_ERROR`` (2) when the program fails (bounds
-check, assertion, invalid sizes) and ``FUTHARK_OUT_OF_MEMORY`` (3) when an allocation fails; other
-nonzero codes are unspecified failures. The text always comes from ``futhark_context_get_error``.
+check, assertion) and ``FUTHARK_OUT_OF_MEMORY`` (3) when an allocation fails; other nonzero codes
+are unspecified failures. Generated entry points return 1 for arguments of the wrong sizes (seen in
+0.25.32 and 0.25.34), which is the program's own size constraint failing: a ``ProgramError`` too.
+The text always comes from ``futhark_context_get_error``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 FUTHARK_SUCCESS = 0
 FUTHARK_PROGRAM_ERROR = 2
 FUTHARK_OUT_OF_MEMORY = 3
+FUTHARK_SIZE_MISMATCH = 1  # not a documented code: what entry points return for wrong argument sizes
 
 
 class FutharkError(RuntimeError):
@@ -41,6 +44,6 @@ def error_for(code: int | None, message: str, function: str | None = None) -> Fu
     low = message.lower()
     if code == FUTHARK_OUT_OF_MEMORY or "out of memory" in low or "failed to allocate" in low:
         return OutOfMemoryError(message, code, function)
-    if code == FUTHARK_PROGRAM_ERROR:
+    if code == FUTHARK_PROGRAM_ERROR or (code == FUTHARK_SIZE_MISMATCH and "invalid sizes" in low):
         return ProgramError(message, code, function)
     return FutharkError(message, code, function)

@@ -1,6 +1,6 @@
 """Loading a Futhark library: find it, read its manifest, bind it with cffi, create its context.
 
-``load("saxpy")`` finds ``build/futhark/<backend>/libsaxpy.so`` (or a test fixture of that name),
+``load("saxpy")`` finds ``build/futhark/<backend>/libsaxpy.so`` (the programs of ``futhark/``),
 ``load("path/libprog.so")`` / ``load("path/prog.json")`` take the files Futhark wrote, and
 ``load("prog.fut", backend="c")`` compiles a user's program first (see ``build.py``).
 """
@@ -45,13 +45,12 @@ def resolve(name_or_path: str | os.PathLike[str], backend: str | None = None) ->
         raise FileNotFoundError(f"{name_or_path}: expected a library name, a lib<prog>.so or a <prog>.json")
     backends = (backend,) if backend else BACKEND_PREFERENCE
     tried = []
-    for kind in ("futhark", "fixtures"):
-        for b in backends:
-            rel = Path(kind) / b / f"lib{p.name}.so"
-            tried.append(str(rel))
-            found = find_build_file(rel)
-            if found is not None:
-                return found, found.with_name(f"{p.name}.json")
+    for b in backends:
+        rel = Path("futhark") / b / f"lib{p.name}.so"
+        tried.append(str(rel))
+        found = find_build_file(rel)
+        if found is not None:
+            return found, found.with_name(f"{p.name}.json")
     raise FileNotFoundError(
         f"no built Futhark library named {str(name_or_path)!r} (looked for {', '.join(tried)} in the build "
         "directories; run `make`, or `pybridge build prog.fut` for your own program)"
@@ -161,14 +160,9 @@ class Library:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def live_values(self) -> int | None:
-        """Values alive in the C library, where it can tell (the test fixtures export a counter)."""
-        try:
-            fn = ctypes.CDLL(str(self.path)).pybridge_fixture_live_values
-        except (OSError, AttributeError):
-            return None
-        fn.restype = ctypes.c_int
-        return int(fn())
+    def live_values(self) -> int:
+        """Values this library's context holds for Python: handles made and not yet freed or consumed."""
+        return self.context.live_values
 
     def tuning_params(self) -> dict[str, str]:
         """Tuning parameter name -> class, as the library reports them."""

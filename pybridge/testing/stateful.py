@@ -16,8 +16,8 @@ runs random sequences of:
 - misuse: reading a freed or consumed handle, or passing it to an entry point, raises
   ``pybridge.futhark.InvalidHandleError`` and leaks nothing.
 
-Invariant: when the library can count its live values (``lib.live_values()`` is not None; the test
-fixtures export one), that count equals the baseline plus the model's live handles. Teardown frees
+Invariant: the values the library's context holds for Python (``lib.live_values()``: handles made
+and not yet freed or consumed) number the baseline plus the model's live handles. Teardown frees
 everything and checks the count is back to the baseline.
 
     HandleMachine = handle_lifecycle_machine(lib)
@@ -274,8 +274,6 @@ def handle_lifecycle_machine(
 
         @invariant()
         def live_values_match(self) -> None:
-            if self.base is None:
-                return
             count = lib.live_values()
             want = self.base + len(self.live())
             assert count == want, f"library has {count} live values, model says {want} ({self.tracked})"
@@ -284,9 +282,8 @@ def handle_lifecycle_machine(
             for t in self.tracked:
                 t.handle.free()
                 t.state = "freed" if t.state == "live" else t.state
-            if self.base is not None:
-                count = lib.live_values()
-                assert count == self.base, f"{count - self.base} value(s) leaked after freeing everything"
+            count = lib.live_values()
+            assert count == self.base, f"{count - self.base} value(s) leaked after freeing everything"
 
     HandleMachine.__name__ = HandleMachine.__qualname__ = f"HandleMachine_{getattr(lib.path, 'stem', 'lib')}"
     HandleMachine.TestCase.settings = settings or Settings(

@@ -495,7 +495,7 @@ def find_source(obj: Any) -> Path | None:
 
     Looks at, in order: an attribute ``source_path`` / ``fut_source`` of the library; ``<stem>.fut``
     next to the manifest or library file (``probe.json``, ``probe.c.json`` and ``libprobe.so`` all
-    give ``probe``); for artefacts under the checkout's ``build/futhark`` or ``build/fixtures``
+    give ``probe``); for artefacts under the checkout's ``build/futhark`` or ``build/reference``
     trees, ``futhark/<stem>.fut`` and ``tests/reference/<stem>.fut`` of the checkout.
     """
     for attr in ("source_path", "fut_source"):

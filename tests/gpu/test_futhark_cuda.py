@@ -1,6 +1,6 @@
 """Futhark's cuda backend with CuPy and PyTorch on one device: zero-copy both ways, ordering,
-contexts, plain device memory, out-of-memory. Runs on the real compiler's cuda output and on the
-cuda conformance fixture, whichever is built (see conftest.library_sources)."""
+contexts, plain device memory, out-of-memory. Runs on the real compiler's cuda output
+(`make futhark FUTHARK_BACKEND=cuda`; see conftest.library_sources)."""
 
 from __future__ import annotations
 
@@ -152,13 +152,14 @@ def _child(code: str, so) -> str:
     return proc.stdout
 
 
-def test_out_of_memory_is_an_exception_cuda_fixture():
-    """The documented behaviour (code 3 / NULL + 'Failed to allocate'), as the cuda fixture does it."""
+@pytest.mark.futhark
+def test_out_of_memory_in_new_is_an_exception():
+    """The documented behaviour of futhark_new_* (NULL + 'Failed to allocate'), on real cuda output."""
     from pybridge.paths import find_build_file
 
-    so = find_build_file("fixtures/cuda/libprobe.so")
+    so = find_build_file("reference/cuda/libprobe.so")
     if so is None:
-        pytest.skip("fixtures/cuda/libprobe.so not built (make fixtures on a machine with libcuda)")
+        pytest.skip("reference/cuda/libprobe.so not built (make futhark FUTHARK_BACKEND=cuda)")
     out = _child(OOM_CHILD, so)
     assert "OOM OutOfMemoryError" in out and "Failed to allocate" in out
     assert "AFTER 10.0" in out

@@ -1,9 +1,9 @@
--- The program that tests/toolkit/offbyone.c claims to be (it is written by hand, not compiled;
--- its `saxpy` is wrong on purpose). pybridge.testing reads the headers below for the shared size n.
+-- A deliberately wrong program for pybridge.testing's own tests, compiled by the real compiler at
+-- test time. pybridge.testing reads the headers below for the shared size n.
 
--- | The (buggy) saxpy: the C implementation leaves the last element 0.
+-- | The buggy saxpy: it stops one element early, so the last element is 0.
 entry saxpy [n] (a: f32) (xs: [n]f32) (ys: [n]f32) : [n]f32 =
-  map2 (\x y -> a * x + y) xs ys
+  map (\i -> if i < n - 1 then a * xs[i] + ys[i] else 0) (iota n)
 
 -- | The correct one.
 entry saxpy_ok [n] (a: f32)

@@ -1,9 +1,10 @@
-"""Conformance of the fixture libraries (tests/fixtures/, built by `make fixtures`) with the
-documented Futhark C API and the real manifests in tests/reference/.
+"""The Futhark C API as the real compiler generates it: what pybridge's layers rely on, checked on
+the libraries `make` builds from tests/reference/*.fut (build/reference/<backend>/) and against
+the manifests recorded from Futhark 0.25.34 in tests/reference/.
 
-Standalone on purpose: stdlib ctypes only, no pybridge import, so these tests say whether the
-fixtures are right independently of the Python layer that is tested against them.  The ctypes
-signatures are derived from the manifest with the C API documentation's rules.
+Standalone on purpose: stdlib ctypes only, no pybridge import, so these tests say what the
+generated C does independently of the Python layer built on it.  The ctypes signatures are derived
+from the manifest with the C API documentation's rules.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "reference"
 
-HOST_BUILDS = [("c", "types"), ("c", "probe"), ("multicore", "types")]
+HOST_BUILDS = [("c", "types"), ("c", "probe"), ("multicore", "types"), ("multicore", "probe")]
 CUDA_BUILDS = [("cuda", "probe"), ("cuda", "types")]
 
-# The process's own malloc/free (what the fixture's malloc binds to, also under sanitizers).
+# The process's own malloc/free (what the library's malloc binds to, also under sanitizers).
 libc = ctypes.CDLL(None)
 libc.free.argtypes = [ctypes.c_void_p]
 libc.free.restype = None
@@ -39,6 +40,8 @@ PP = ctypes.POINTER(ctypes.c_void_p)
 
 FUTHARK_PROGRAM_ERROR = 2
 FUTHARK_OUT_OF_MEMORY = 3
+# Not in the documented codes: what generated entry points return for arguments of wrong sizes.
+FUTHARK_SIZE_MISMATCH = 1
 
 
 def build_dirs() -> list[Path]:
@@ -47,10 +50,10 @@ def build_dirs() -> list[Path]:
     return [d for d in dirs if d.is_dir()]
 
 
-def fixture_dir(backend: str) -> Path | None:
+def built_dir(backend: str, program: str) -> Path | None:
     for d in build_dirs():
-        if (d / "fixtures" / backend).is_dir():
-            return d / "fixtures" / backend
+        if (d / "reference" / backend / f"lib{program}.so").is_file():
+            return d / "reference" / backend
     return None
 
 
@@ -77,9 +80,6 @@ def common_api(backend: str) -> dict[str, tuple]:
         "futhark_context_unpause_profiling": (None, [P]),
         "futhark_context_report": (P, [P]),
         "futhark_context_clear_caches": (ctypes.c_int, [P]),
-        "pybridge_fixture_live_values": (ctypes.c_int, []),
-        "pybridge_fixture_live_contexts": (ctypes.c_int, []),
-        "pybridge_fixture_live_blocks": (ctypes.c_int, []),
     }
     if backend == "multicore":
         api["futhark_context_config_set_num_threads"] = (None, [P, ctypes.c_int])
@@ -151,13 +151,15 @@ def manifest_api(manifest: dict) -> dict[str, tuple]:
     return api
 
 
-class Fixture:
+class Built:
+    """One library the real compiler generated, bound with ctypes from its own manifest."""
+
     def __init__(self, backend: str, program: str):
-        d = fixture_dir(backend)
+        d = built_dir(backend, program)
         self.backend, self.program = backend, program
-        self.path = d / f"lib{program}.so" if d else None
-        if self.path is None or not self.path.exists():
-            pytest.skip(f"fixture {backend}/lib{program}.so not built: run `make fixtures`")
+        if d is None:
+            pytest.skip(f"reference/{backend}/lib{program}.so not built: run `make` (it obtains the Futhark compiler)")
+        self.path = d / f"lib{program}.so"
         self.manifest_path = self.path.parent / f"{program}.json"
         self.header_path = self.path.parent / f"{program}.h"
         try:
@@ -174,10 +176,6 @@ class Fixture:
     def __getattr__(self, name):
         return getattr(self.lib, name)
 
-    def live(self) -> tuple[int, int, int]:
-        return (self.lib.pybridge_fixture_live_values(), self.lib.pybridge_fixture_live_contexts(),
-                self.lib.pybridge_fixture_live_blocks())
-
     def take_error(self, ctx) -> str | None:
         p = self.lib.futhark_context_get_error(ctx)
         if not p:
@@ -193,7 +191,7 @@ class Fixture:
 class Context:
     """cfg + ctx with the documented lifecycle: get_error right after new, sync before free."""
 
-    def __init__(self, fx: Fixture, profiling=False, device=None, unified_memory=None, num_threads=None):
+    def __init__(self, fx: Built, profiling=False, device=None, unified_memory=None, num_threads=None):
         self.fx = fx
         self.cfg = fx.futhark_context_config_new()
         assert self.cfg
@@ -309,52 +307,59 @@ def f32(x: float) -> float:
 
 # ------------------------------------------------------------------ pytest fixtures
 @pytest.fixture(params=HOST_BUILDS, ids=lambda b: f"{b[0]}-{b[1]}")
-def host_fixture(request):
-    return Fixture(*request.param)
+def host_built(request):
+    return Built(*request.param)
 
 
-# The behavioural tests run on every backend's fixture; the cuda ones need a GPU.
+# The behavioural tests run on every backend; the cuda ones need a GPU.
 GPU = pytest.mark.gpu
 
 
-@pytest.fixture(params=["c", pytest.param("cuda", marks=GPU)])
+@pytest.fixture(params=["c", "multicore", pytest.param("cuda", marks=GPU)])
 def probe(request):
-    fx = Fixture(request.param, "probe")
-    before = fx.live()
-    yield fx
-    assert fx.live() == before, "arrays/opaques, contexts or memory blocks leaked"
+    return Built(request.param, "probe")
 
 
 @pytest.fixture(params=["c", "multicore", pytest.param("cuda", marks=GPU)])
 def types_fx(request):
-    fx = Fixture(request.param, "types")
-    before = fx.live()
-    yield fx
-    assert fx.live() == before, "arrays/opaques, contexts or memory blocks leaked"
+    return Built(request.param, "types")
 
 
 # ------------------------------------------------------------------ build outputs
-def test_manifest_is_the_real_one_verbatim(host_fixture):
-    ref = REFERENCE / f"{host_fixture.program}.{host_fixture.backend}.json"
-    assert host_fixture.manifest_path.read_bytes() == ref.read_bytes()
+def assert_same_manifest(built: dict, recorded_path: Path) -> None:
+    """``built`` equals the manifest recorded in ``recorded_path`` (by another compiler version),
+    but for ``version`` and, where a backend's recording is borrowed, ``backend``."""
+    recorded = json.loads(recorded_path.read_text())
+    recorded["backend"] = built["backend"]
+    built = dict(built)
+    assert built.pop("version").startswith("0.") and recorded.pop("version")
+    assert built == recorded
 
 
-def test_exports_every_manifest_function_and_the_context_api(host_fixture):
-    wanted = all_manifest_functions(host_fixture.manifest) | set(common_api(host_fixture.backend))
-    missing = sorted(n for n in wanted if not hasattr(host_fixture.lib, n))
+def test_manifest_matches_the_recorded_one_of_another_version(host_built):
+    """The compiler used here (0.25.32) writes the manifest recorded from 0.25.34, but for `version`."""
+    ref = REFERENCE / f"{host_built.program}.{host_built.backend}.json"
+    if not ref.exists():
+        ref = REFERENCE / f"{host_built.program}.c.json"  # multicore's manifest differs only in backend
+    assert_same_manifest(host_built.manifest, ref)
+
+
+def test_exports_every_manifest_function_and_the_context_api(host_built):
+    wanted = all_manifest_functions(host_built.manifest) | set(common_api(host_built.backend))
+    missing = sorted(n for n in wanted if not hasattr(host_built.lib, n))
     assert not missing
 
 
-def test_header_declares_every_function(host_fixture):
-    header = host_fixture.header_path.read_text()
-    wanted = all_manifest_functions(host_fixture.manifest) | set(common_api(host_fixture.backend))
-    declared = set(re.findall(r"\b(futhark_\w+|pybridge_fixture_\w+)\s*\(", header))
+def test_header_declares_every_function(host_built):
+    header = host_built.header_path.read_text()
+    wanted = all_manifest_functions(host_built.manifest) | set(common_api(host_built.backend))
+    declared = set(re.findall(r"\b(futhark_\w+)\s*\(", header))
     assert wanted <= declared, sorted(wanted - declared)
-    assert f"#define FUTHARK_BACKEND_{host_fixture.backend}" in header
+    assert f"#define FUTHARK_BACKEND_{host_built.backend}" in header
 
 
-def test_tuning_params_follow_the_manifest(host_fixture):
-    fx = host_fixture
+def test_tuning_params_follow_the_manifest(host_built):
+    fx = host_built
     params = sorted({p for ep in fx.manifest["entry_points"].values() for p in ep["tuning_params"]})
     n = fx.futhark_get_tuning_param_count()
     assert sorted(fx.futhark_get_tuning_param_name(i).decode() for i in range(n)) == params
@@ -368,7 +373,7 @@ def test_tuning_params_follow_the_manifest(host_fixture):
 
 
 def test_multicore_num_threads():
-    fx = Fixture("multicore", "types")
+    fx = Built("multicore", "types")
     with fx.context(num_threads=3) as c:
         assert c.init_error is None
         out = ctypes.c_int32()
@@ -393,11 +398,11 @@ def test_trivial_and_saxpy(probe):
         c.free("[]f32", xs, ys, res)
 
 
-def test_saxpy_size_mismatch_is_a_program_error(probe):
+def test_saxpy_size_mismatch_returns_1_with_a_message(probe):
     with probe.context() as c:
         xs, ys = c.new("[]f32", [1, 2, 3]), c.new("[]f32", [1, 2])
         res = ctypes.c_void_p()
-        assert probe.futhark_entry_saxpy(c.ctx, ctypes.byref(res), 2.0, xs, ys) == FUTHARK_PROGRAM_ERROR
+        assert probe.futhark_entry_saxpy(c.ctx, ctypes.byref(res), 2.0, xs, ys) == FUTHARK_SIZE_MISMATCH
         assert not res.value, "on error the out-parameter is not touched"
         assert "invalid sizes" in c.error()
         c.free("[]f32", xs, ys)
@@ -434,7 +439,7 @@ def test_index_at_out_of_bounds(probe):
         assert probe.futhark_context_sync(c.ctx) == 0
         msg = c.error()
         assert re.fullmatch(r"Error: Index \[10\] out of bounds for array of shape \[4\]\.\n\n"
-                            r"Backtrace:\n-> #0  probe\.fut:\d+:\d+-\d+\n", msg), msg
+                            r"Backtrace:\n-> #0  (tests/reference/)?probe\.fut:\d+:\d+-\d+\n", msg), msg
         assert c.error() is None, "get_error returns NULL until a new error"
         assert out.value == -1.0, "on error the out-parameter is not touched"
         assert probe.futhark_entry_index_at(c.ctx, ctypes.byref(out), xs, 3) == 0
@@ -513,21 +518,6 @@ def test_new_raw_wraps_caller_memory(probe):
         assert list(buf) == [1, 20, 3]
 
 
-def test_out_of_memory_new_returns_null(probe):
-    # cuda: plain device memory (managed memory may oversubscribe instead of failing).
-    with probe.context(unified_memory=0 if probe.backend == "cuda" else None) as c:
-        for n in (1 << 61, 1 << 42):  # a size that overflows; one no machine can allocate (16 TiB)
-            assert not probe.futhark_new_f32_1d(c.ctx, None, n)
-            msg = c.error()
-            assert msg.startswith("Failed to allocate memory in "), msg
-        out = ctypes.c_float()
-        xs = c.new("[]f32", [1, 2])
-        assert probe.futhark_entry_sum(c.ctx, ctypes.byref(out), xs) == 0  # the context still works
-        c.sync()
-        assert out.value == 3.0
-        c.free("[]f32", xs)
-
-
 def test_report_and_profiling(probe):
     with probe.context(profiling=True) as c:
         out = ctypes.c_int32()
@@ -540,22 +530,10 @@ def test_report_and_profiling(probe):
         report = json.loads(ctypes.string_at(p).decode())
         libc.free(p)
         assert set(report) >= {"memory", "events"}
-        assert [e["name"] for e in report["events"]] == ["trivial"]
-        e = report["events"][0]
-        assert set(e) >= {"name", "description", "start", "end"} and e["end"] >= e["start"]
+        # Host backends record no events; GPU backends record their kernels and copies.
+        for e in report["events"]:
+            assert set(e) >= {"name", "description", "start", "end"} and e["end"] >= e["start"]
         assert probe.futhark_context_clear_caches(c.ctx) == 0
-
-
-def test_one_config_per_live_context(probe):
-    cfg = probe.futhark_context_config_new()
-    a = probe.futhark_context_new(cfg)
-    assert probe.take_error(a) is None
-    b = probe.futhark_context_new(cfg)
-    assert probe.take_error(b) is not None  # initialisation failed: only free is allowed
-    probe.futhark_context_free(b)
-    probe.futhark_context_sync(a)
-    probe.futhark_context_free(a)
-    probe.futhark_context_config_free(cfg)
 
 
 # ------------------------------------------------------------------ types.fut
@@ -671,7 +649,7 @@ def test_array_of_records(types_fx):
         bad = ctypes.c_void_p()
         assert fx.futhark_zip_opaque_arr1d_point(c.ctx, ctypes.byref(bad), xs, short) != 0
         assert c.error() is not None and not bad.value
-        assert fx.futhark_entry_points(c.ctx, ctypes.byref(bad), xs, short) == FUTHARK_PROGRAM_ERROR
+        assert fx.futhark_entry_points(c.ctx, ctypes.byref(bad), xs, short) == FUTHARK_SIZE_MISMATCH
         assert "invalid sizes" in c.error()
         c.free("[]f32", xs, ys, yarr, short)
         c.free("[]point", ps, zipped)
@@ -686,9 +664,7 @@ def test_fill_consumes_its_input(types_fx):
         assert fx.futhark_entry_fill(c.ctx, ctypes.byref(out), xs, 7) == 0
         c.sync()
         assert c.values("[]i32", out) == [7, 7, 7, 7]
-        # The result reuses the consumed input's storage; both handles must be freed.
-        assert fx.futhark_values_raw_i32_1d(c.ctx, out) == fx.futhark_values_raw_i32_1d(c.ctx, xs)
-        c.free("[]i32", xs, out)
+        c.free("[]i32", xs, out)  # the consumed input must still be freed
 
 
 def test_checked_div_failure_then_success(types_fx):
@@ -698,8 +674,8 @@ def test_checked_div_failure_then_success(types_fx):
         assert fx.futhark_entry_checked_div(c.ctx, ctypes.byref(out), 7, 0) == FUTHARK_PROGRAM_ERROR
         assert fx.futhark_context_sync(c.ctx) == 0
         msg = c.error()
-        assert re.fullmatch(r"Error: Assertion is false: b != 0\n\n"
-                            r"Backtrace:\n-> #0  types\.fut:\d+:\d+-\d+\n", msg), msg
+        assert re.fullmatch(r"Error: Assertion is false: \(b != 0\)\n\n"
+                            r"Backtrace:\n-> #0  (tests/reference/)?types\.fut:\d+:\d+-\d+\n", msg), msg
         assert out.value == 123
         assert fx.futhark_entry_checked_div(c.ctx, ctypes.byref(out), -7, 2) == 0
         c.sync()
@@ -749,55 +725,42 @@ def test_store_restore_round_trips(types_fx):
         c.free("[]f32", xs, ys)
 
 
-def test_restore_rejects_garbage_and_other_types(types_fx):
+def test_restore_returns_null_without_a_message_and_trusts_sum_tags(types_fx):
+    """What pybridge's restore must make up for: the runtime says nothing about bad bytes, and a sum
+    whose tag names no variant restores."""
     fx = types_fx
     with fx.context() as c:
         for typ in ("point", "(f32, i32)", "shape", "[]point"):
             assert not c.restore(typ, b"this is not a Futhark value at all"), typ
-            assert c.error(), typ
+            assert c.error() is None, typ
         p = ctypes.c_void_p()
         assert fx.futhark_new_opaque_point(c.ctx, ctypes.byref(p), 1.0, 2.0) == 0
         data = c.store("point", p)
         assert not c.restore("(f32, i32)", data)  # second component is f32, not i32
-        assert "(f32, i32)" in c.error()
         assert not c.restore("shape", data)
-        assert c.error()
+        assert not c.restore("point", data[: len(data) // 2])
+        assert c.error() is None
         circ = ctypes.c_void_p()
         assert fx.futhark_entry_circle(c.ctx, ctypes.byref(circ), 1.0) == 0
         bad_tag = bytearray(c.store("shape", circ))
+        assert bytes(bad_tag[:7]) == b"b\x02\x00  i8"
         bad_tag[7] = 5  # the i8 tag: no variant 5
-        assert not c.restore("shape", bytes(bad_tag))
-        assert "tag" in c.error()
+        odd = c.restore("shape", bytes(bad_tag))
+        assert odd and fx.futhark_variant_opaque_shape(c.ctx, odd) == 5
         c.free("point", p)
-        c.free("shape", circ)
-
-
-def test_no_leaks_after_freeing_everything(types_fx):
-    fx = types_fx
-    before = fx.live()
-    with fx.context() as c:
-        xs = c.new("[]f32", [1, 2])
-        ps = ctypes.c_void_p()
-        assert fx.futhark_entry_points(c.ctx, ctypes.byref(ps), xs, xs) == 0
-        assert fx.live()[0] == before[0] + 2 and fx.live()[1] == before[1] + 1
-        c.free("[]f32", xs)
-        assert fx.live()[2] == before[2] + 1, "the record array still holds the block"
-        c.free("[]point", ps)
-        assert fx.live()[0] == before[0] and fx.live()[2] == before[2]
-    assert fx.live() == before
+        c.free("shape", circ, odd)
 
 
 # ------------------------------------------------------------------ cuda (needs a GPU)
 @pytest.fixture(params=CUDA_BUILDS, ids=lambda b: f"{b[0]}-{b[1]}")
-def cuda_fixture(request):
-    return Fixture(*request.param)
+def cuda_built(request):
+    return Built(*request.param)
 
 
 @pytest.mark.gpu
-def test_cuda_exports_and_manifest(cuda_fixture):
-    fx = cuda_fixture
-    ref = REFERENCE / f"{fx.program}.cuda.json"
-    assert fx.manifest_path.read_bytes() == ref.read_bytes()
+def test_cuda_exports_and_manifest(cuda_built):
+    fx = cuda_built
+    assert_same_manifest(fx.manifest, REFERENCE / f"{fx.program}.cuda.json")
     wanted = all_manifest_functions(fx.manifest) | set(common_api("cuda"))
     assert not sorted(n for n in wanted if not hasattr(fx.lib, n))
 
@@ -805,8 +768,7 @@ def test_cuda_exports_and_manifest(cuda_fixture):
 @pytest.mark.gpu
 @pytest.mark.parametrize("unified", [None, 0, 1])
 def test_cuda_probe_memory(unified):
-    fx = Fixture("cuda", "probe")
-    before = fx.live()
+    fx = Built("cuda", "probe")
     with fx.context(unified_memory=unified) as c:
         assert c.init_error is None, c.init_error
         xs, ys = c.new("[]f32", [1, 2, 3]), c.new("[]f32", [1, 1, 1])
@@ -816,20 +778,14 @@ def test_cuda_probe_memory(unified):
         assert c.values("[]f32", res) == [3, 5, 7]
         assert fx.futhark_values_raw_f32_1d(c.ctx, res) != 0  # a CUdeviceptr
         out = ctypes.c_float()
-        assert fx.futhark_entry_index_at(c.ctx, ctypes.byref(out), xs, 10) == FUTHARK_PROGRAM_ERROR
-        assert fx.futhark_context_sync(c.ctx) == 0
+        # A failed bounds check surfaces from the entry point or, asynchronously, from the next sync.
+        rc = fx.futhark_entry_index_at(c.ctx, ctypes.byref(out), xs, 10)
+        rc = rc or fx.futhark_context_sync(c.ctx)
+        assert rc == FUTHARK_PROGRAM_ERROR
         assert c.error().startswith("Error: Index [10] out of bounds for array of shape [3].")
-        # new_raw over the fixture's own device pointer: wraps, does not copy, does not free.
+        # new_raw over the library's own device pointer: wraps, does not copy, does not free.
         raw = fx.futhark_new_raw_f32_1d(c.ctx, fx.futhark_values_raw_f32_1d(c.ctx, res), 3)
         assert raw and c.values("[]f32", raw) == [3, 5, 7]
         c.free("[]f32", raw)
         assert c.values("[]f32", res) == [3, 5, 7]
         c.free("[]f32", xs, ys, res)
-    assert fx.live() == before
-
-
-@pytest.mark.gpu
-def test_cuda_bad_device_fails_initialisation():
-    fx = Fixture("cuda", "probe")
-    with fx.context(device="no device has this name") as c:
-        assert c.init_error is not None
