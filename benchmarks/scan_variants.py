@@ -1,4 +1,4 @@
-"""Times benchmarks/scan_variants.cu (kernels_cu/scan.cu's body under different register caps)
+"""Times benchmarks/scan_variants.cu (kernels_cu/scan.cu's body with different look-back widths and register caps)
 against the device-to-device copy, with the error against a float64 cumsum. Needs PyCUDA, CuPy.
 
     nvcc -O3 -std=c++17 -arch=sm_90 -cubin -o build/cuda/scan_variants.cubin benchmarks/scan_variants.cu
@@ -14,6 +14,10 @@ import numpy as np
 from pybridge import cuda
 from pybridge.bench.gpu import format_rows, time_device
 from pybridge.cuda import catalog
+
+
+# Kernels of scan_variants.cu: scan_l<look-back words per lane>_b<min blocks per SM>.
+VARIANTS = ("scan_l1_b8", "scan_l4_b8", "scan_l8_b8", "scan_l8_b6", "scan_l16_b5", "scan_l16_b4")
 
 
 def main() -> None:
@@ -34,7 +38,7 @@ def main() -> None:
         copy = 8 * n / t / 1e9
         rows.append({"size": n, "variant": "copy", "GB/s": copy, "% of copy": 100.0})
         ref = cp.cumsum(x.astype(cp.float64))
-        for name in ("scan_b4", "scan_b6", "scan_b8"):
+        for name in VARIANTS:
             f = mod.get_function(name)
             args = (np.uintp(x.data.ptr), np.uintp(out.data.ptr), np.int64(n), np.uintp(status.data.ptr))
 

@@ -8,8 +8,8 @@
 //   * It loads its tile (16-byte loads when x and out are aligned), scans it in shared memory and
 //     registers (each thread SCAN_ITEMS consecutive elements, then warp shuffles), and publishes
 //     the tile's total as an AGGREGATE in its status word.
-//   * Warp 0 looks back over the predecessors' status words, 32 at a time, adding aggregates until
-//     it meets an INCLUSIVE prefix; the tile then publishes its own inclusive prefix and writes its
+//   * Warp 0 looks back over the predecessors' status words, 32 * SCAN_LOOKBACK per round trip,
+//     adding aggregates until it meets an INCLUSIVE prefix; the tile then publishes its own inclusive prefix and writes its
 //     elements plus the exclusive prefix.
 //
 // Status words are 64-bit (flag << 32 | float bits), written and read whole, so a flag is never
@@ -51,33 +51,59 @@ __device__ __forceinline__ unsigned long long peek(const unsigned long long* sta
     return word;
 }
 
-// Warp 0 only (all 32 lanes): the sum of all tiles before `tile`. Lane l looks at tile - 1 - l - 32w
-// in window w; the window's values are added lane 0 first (the nearest tile), so within a window the
-// order is fixed; how many windows and where the inclusive prefix is found depend on timing.
+// Status words each lane of warp 0 reads per look-back step: one step covers 32 * SCAN_LOOKBACK
+// predecessors with one round trip to L2. The look-back is what a block spends most of its life on:
+// in steady state about as many tiles as there are resident blocks (~1000) sit between a new tile and
+// the nearest inclusive prefix, and 32 per round trip (run 3) made every block wait ~30 round trips.
+#ifndef SCAN_LOOKBACK
+#define SCAN_LOOKBACK 8
+#endif
+
+// Warp 0 only (all 32 lanes): the sum of all tiles before `tile`. In a step, lane l reads the
+// status words of tiles next - l - 32j (j < LOOKBACK, all loads issued before any is used),
+// waiting only on words still 0 (a tile not yet past its local scan). Words are then taken in
+// order of distance, j ascending: the first j whose 32 words hold an inclusive prefix ends the
+// look-back at the nearest such lane; aggregates before it are added. Each lane adds its words in
+// fixed order, then a fixed-shape warp sum; how many steps and where the inclusive prefix is found
+// depend on timing. Words older than any inclusive prefix are never 0 (that prefix was built from
+// them), so waiting on them cannot stall.
+template <int LOOKBACK>
 __device__ float look_back(const unsigned long long* status, int64_t tile) {
     const int lane = threadIdx.x & 31;
     float prefix = 0.0f;
     int64_t next = tile - 1;  // nearest predecessor not yet included
     while (true) {
-        const int64_t t = next - lane;
-        unsigned long long word = 0;
-        unsigned long long flag = SCAN_FLAG_INCLUSIVE;  // lanes before tile 0 count as "found"
-        if (t >= 0) {
-            do {
-                word = peek(status + t);
-                flag = word >> 32;
-            } while (flag == 0);
+        // Lane l's j-th word is nearest[-32 j] (an immediate offset from one address).
+        const int64_t first = next - lane;
+        const unsigned long long* nearest = status + first;
+        unsigned long long word[LOOKBACK];
+#pragma unroll
+        for (int j = 0; j < LOOKBACK; ++j) {
+            // Tiles before tile 0 read as an inclusive prefix of 0.
+            word[j] = first >= 32 * j ? peek(nearest - 32 * j) : (SCAN_FLAG_INCLUSIVE << 32);
         }
-        // The nearest lane holding an inclusive prefix ends this look-back; lanes past it do not count.
-        const unsigned inclusive = __ballot_sync(PB_FULL_MASK, flag == SCAN_FLAG_INCLUSIVE);
-        const int stop = inclusive ? __ffs(inclusive) - 1 : 31;
-        float v = (lane <= stop && t >= 0) ? __uint_as_float(static_cast<unsigned>(word)) : 0.0f;
-        // Fixed-shape sum of the window, lanes 0..stop in ascending order of distance.
+#pragma unroll
+        for (int j = 0; j < LOOKBACK; ++j) {
+            while ((word[j] >> 32) == 0) word[j] = peek(nearest - 32 * j);
+        }
+        float v = 0.0f;
+        bool found = false;
+#pragma unroll
+        for (int j = 0; j < LOOKBACK; ++j) {
+            const unsigned inclusive = __ballot_sync(PB_FULL_MASK, (word[j] >> 32) == SCAN_FLAG_INCLUSIVE);
+            const int stop = inclusive ? __ffs(inclusive) - 1 : 31;
+            if (lane <= stop) v = __fadd_rn(v, __uint_as_float(static_cast<unsigned>(word[j])));
+            if (inclusive) {
+                found = true;
+                break;
+            }
+        }
+        // Fixed-shape sum of the step, lanes 0..31 (lanes past the stop added 0 in the last row).
         v = pb_warp_sum(v);
         v = __shfl_sync(PB_FULL_MASK, v, 0);
         prefix = __fadd_rn(prefix, v);
-        if (inclusive) return prefix;
-        next -= 32;
+        if (found) return prefix;
+        next -= 32 * LOOKBACK;
     }
 }
 
@@ -85,6 +111,7 @@ __device__ float look_back(const unsigned long long* status, int64_t tile) {
 // block taking tiles until none is left (progress: the lowest unfinished tile is held by a running
 // block whose predecessors are all done). KERNEL: the extern "C" kernels below, which set the
 // register cap (blocks per SM).
+template <int LOOKBACK>
 __device__ __forceinline__ void scan_tiles(const float* x, float* out, int64_t n, unsigned long long* scratch) {
     __shared__ __align__(16) float tile[SCAN_SHARED_WORDS];
     __shared__ float warp_totals[SCAN_BLOCK / 32];
@@ -155,7 +182,7 @@ __device__ __forceinline__ void scan_tiles(const float* x, float* out, int64_t n
             if (lane == 0) publish(status, SCAN_FLAG_INCLUSIVE, total);
         } else {
             if (lane == 0) publish(status + t, SCAN_FLAG_AGGREGATE, total);
-            prefix = look_back(status, t);
+            prefix = look_back<LOOKBACK>(status, t);
             if (lane == 0) publish(status + t, SCAN_FLAG_INCLUSIVE, __fadd_rn(prefix, total));
         }
         if (lane == 0) tile_prefix = prefix;
@@ -192,7 +219,7 @@ __device__ __forceinline__ void scan_tiles(const float* x, float* out, int64_t n
 
 extern "C" __global__ void __launch_bounds__(SCAN_BLOCK, SCAN_MIN_BLOCKS)
 scan_lookback(const float* x, float* out, int64_t n, unsigned long long* scratch) {
-    scan_tiles(x, out, n, scratch);
+    scan_tiles<SCAN_LOOKBACK>(x, out, n, scratch);
 }
 
 PB_DEFINE_ERROR_HELPERS

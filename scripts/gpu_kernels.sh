@@ -21,16 +21,20 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   grep -E "^(FAILED|ERROR)|Segmentation|Fatal" "$OUT/test_cuda_kernels.log" | cut -c1-300 | head -12
 fi
 if [ -z "${SKIP_VARIANTS:-}" ]; then
-  echo "== matmul variants"
-  timeout 90 python3 benchmarks/matmul_variants.py build/cuda/matmul_variants.cubin > "$OUT/matmul_variants.txt" 2>&1
-  echo "rc=$?"
+  if [ -z "${SKIP_MATMUL:-}" ]; then
+    echo "== matmul variants"
+    timeout 90 python3 benchmarks/matmul_variants.py build/cuda/matmul_variants.cubin > "$OUT/matmul_variants.txt" 2>&1
+    echo "rc=$?"
+  fi
   echo "== scan variants"
   timeout 60 python3 benchmarks/scan_variants.py build/cuda/scan_variants.cubin > "$OUT/scan_variants.txt" 2>&1
   echo "rc=$?"
 fi
 echo "== python -m pybridge.bench.bandwidth"
 timeout 120 python3 -m pybridge.bench.bandwidth > "$OUT/bandwidth.txt" 2>&1; echo "rc=$?"
-echo "== python -m pybridge.bench.matmul"
-timeout 120 python3 -m pybridge.bench.matmul > "$OUT/matmul.txt" 2>&1; echo "rc=$?"
+if [ -z "${SKIP_MATMUL:-}" ]; then  # SKIP_MATMUL=1: the bandwidth kernels only
+  echo "== python -m pybridge.bench.matmul"
+  timeout 120 python3 -m pybridge.bench.matmul > "$OUT/matmul.txt" 2>&1; echo "rc=$?"
+fi
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 for f in matmul_variants scan_variants bandwidth matmul; do [ -f "$OUT/$f.txt" ] && { echo "== $f"; tail -40 "$OUT/$f.txt"; }; done

@@ -419,6 +419,7 @@ def test_grid_helpers() -> None:
     assert catalog.matmul_config(129, 1).grid == (1, 2, 1) and catalog.matmul_config(128, 129).grid == (2, 1, 1)
     assert catalog.mandelbrot_config(33, 1).grid == (3, 1, 1)
     assert [catalog.sum_num_partials(n) for n in (0, 1, 256, 257, 10**9)] == [0, 1, 1, 2, 1024]
+    assert [catalog.sum_scratch_floats(n) for n in (0, 1, 257, 10**9)] == [1, 2, 3, 1025]
     assert [catalog.scan_num_tiles(n) for n in (0, 1, 4096, 4097, 2**26)] == [0, 1, 1, 2, 16384]
     assert [catalog.scan_scratch_floats(n) for n in (0, 1, 4097)] == [2, 4, 6]
     assert [catalog.saxpy_config(n).grid[0] for n in (0, 1, 4096, 4097)] == [1, 1, 1, 2]
@@ -630,6 +631,9 @@ def test_launcher_library_on_cpu(cuda_build: Path, module: str) -> None:
     if module == "reduce":
         assert [lib.raw("sum_num_partials")(n) for n in (0, 1, 257, 10**9)] == [
             catalog.sum_num_partials(n) for n in (0, 1, 257, 10**9)
+        ]
+        assert [lib.raw("sum_scratch_floats")(n) for n in (0, 1, 257, 10**9)] == [
+            catalog.sum_scratch_floats(n) for n in (0, 1, 257, 10**9)
         ]
     if module == "scan":
         assert [lib.raw("scan_num_tiles")(n) for n in (0, 1, 4097, 2**26)] == [

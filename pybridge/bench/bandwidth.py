@@ -107,7 +107,7 @@ def _gpu_rows(exponents: list[int], repeat: int, futhark: bool) -> list[dict[str
         y = rng.uniform(-1, 1, n).astype(np.float32)
         dx, dy, dout = cuda.to_device(x), cuda.to_device(y), cuda.empty(n, np.float32)
         d1 = cuda.empty(1, np.float32)
-        partials = cuda.empty(catalog.sum_num_partials(n), np.float32)
+        partials = cuda.zeros(catalog.sum_scratch_floats(n), np.float32)  # sum_single's counter: 0
         scratch = cuda.empty(catalog.scan_scratch_floats(n), np.float32)
 
         def ev(benchmark: str, impl: str, fn: Callable[[], Any]) -> None:

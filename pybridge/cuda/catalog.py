@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..interop import ArrayInfo
-from .arrays import DeviceArray, as_device_array, empty
+from .arrays import DeviceArray, as_device_array, empty, zeros
 from .kernel import Kernel, _config_for
 from .launch import LaunchConfig, grid_for
 from .streams import DEFAULT_STREAM, Stream, as_stream
@@ -92,9 +92,11 @@ MODULES: dict[str, ModuleEntry] = {
         {
             "sum_partial": "sum_partial(const float* x[n], float* partials[min((n + 255) / 256, 1024)], int64 n)",
             "sum_final": "sum_final(const float* partials[num_partials], float* out[1], int64 num_partials)",
+            # scratch: the partials, then a ticket counter that must be 0 (the kernel leaves it 0)
+            "sum_single": "sum_single(const float* x[n], float* out[1], int64 n, float* scratch[min((n + 255) / 256, 1024) + 1])",
         },
-        ("launch_sum(const float* x[n], float* out[1], int64 n, float* scratch[min((n + 255) / 256, 1024)])",),
-        "int64_t sum_num_partials(int64_t n);",
+        ("launch_sum(const float* x[n], float* out[1], int64 n, float* scratch[min((n + 255) / 256, 1024) + 1])",),
+        "int64_t sum_num_partials(int64_t n);\nint64_t sum_scratch_floats(int64_t n);",
     ),
     "scan": ModuleEntry(
         "scan",
@@ -172,6 +174,12 @@ def grid_stride_config(n: int) -> LaunchConfig:
 def sum_num_partials(n: int) -> int:
     """Blocks of sum_partial (and partial sums) for n elements: fixed by n alone (determinism)."""
     return 0 if n <= 0 else min(-(-n // SUM_BLOCK), SUM_MAX_PARTIALS)
+
+
+def sum_scratch_floats(n: int) -> int:
+    """Scratch launch_sum needs (floats): the partials and sum_single's ticket counter, which must
+    be zero before the first launch on it (every launch leaves it zero)."""
+    return sum_num_partials(n) + 1
 
 
 def saxpy_config(n: int) -> LaunchConfig:
@@ -350,15 +358,36 @@ def cuda_saxpy(a: float, x: Any, y: Any, out: Any = None, *, stream: Any = None)
     return _run(_saxpy_on, stream, a, x, y, out)
 
 
+_sum_scratch = threading.local()
+
+
+def _sum_scratch_f32(stream: Stream, count: int) -> DeviceArray:
+    """sum_single's scratch for ``stream`` (``count`` floats: partials + ticket counter), zeroed once
+    when made: the kernel leaves the counter 0, and stream order keeps launches on one stream from
+    overlapping. Separate from :func:`_scratch_f32`, which scan leaves full of status words."""
+    cache: dict[int, tuple[Stream, DeviceArray, dict[int, DeviceArray]]] | None = getattr(_sum_scratch, "cache", None)
+    if cache is None:
+        cache = _sum_scratch.cache = {}
+    entry = cache.get(stream.cai_stream)
+    if entry is None:
+        buf = zeros(SUM_MAX_PARTIALS + 1, np.float32, stream=stream)
+        entry = cache[stream.cai_stream] = (stream, buf, {})
+    view = entry[2].get(count)
+    if view is None:  # at most SUM_MAX_PARTIALS + 1 distinct counts
+        view = entry[2][count] = _view(entry[1], count)
+    return view
+
+
 def _sum_on(s: Stream, x: Any, out: Any) -> DeviceArray:
     xd = as_device_array(x, stream=s)
     n = xd.size
     p = sum_num_partials(n)
-    partials = _scratch_f32(s, p)
     o = _out(out, (1,), np.float32, s)
-    if p > 0:
-        get_kernel("reduce", "sum_partial")(xd, partials, n, config=_config(p, SUM_BLOCK, 0), stream=s)
-    get_kernel("reduce", "sum_final")(partials, o, p, config=_config(1, SUM_BLOCK, 0), stream=s)
+    if p > 0:  # one launch; its last block adds the partials (the counter sits right after them)
+        scratch = _sum_scratch_f32(s, sum_scratch_floats(n))
+        get_kernel("reduce", "sum_single")(xd, o, n, scratch, config=_config(p, SUM_BLOCK, 0), stream=s)
+    else:  # the sum of nothing: 0
+        get_kernel("reduce", "sum_final")(_scratch_f32(s, 0), o, 0, config=_config(1, SUM_BLOCK, 0), stream=s)
     return o
 
 

@@ -98,6 +98,12 @@ def empty(shape: Any, dtype: Any = np.float32) -> Any:
     return _empty(shape, dtype)
 
 
+def zeros(shape: Any, dtype: Any = np.float32) -> Any:
+    from pybridge.cuda import zeros as _zeros
+
+    return _zeros(shape, dtype)
+
+
 def on_path(name: str, path: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` (a function of device arrays) taking and returning NumPy, named for the reports and
     for Hypothesis' example database (one per path)."""
@@ -148,7 +154,7 @@ def sum_on(path: str) -> Callable[..., Any]:
     def run(x: Any) -> Any:
         if path == "launcher":
             out = empty(1)
-            scratch = empty(catalog.sum_num_partials(x.size))
+            scratch = zeros(catalog.sum_scratch_floats(x.size))  # the ticket counter starts at 0
             launchers("reduce").launch_sum(x, out, x.size, scratch)
             return out
         return catalog.cuda_sum(x, stream=stream_for(path))
@@ -185,9 +191,11 @@ def test_sum_is_deterministic() -> None:
     runs = [catalog.cuda_sum(xd).get() for _ in range(5)]
     s = Stream(non_blocking=True)
     runs += [catalog.cuda_sum(xd, stream=s).get() for _ in range(2)]
-    out, scratch = empty(1), empty(catalog.sum_num_partials(x.size))
-    launchers("reduce").launch_sum(xd, out, x.size, scratch)
-    runs.append(out.get())
+    out, scratch = empty(1), zeros(catalog.sum_scratch_floats(x.size))
+    for _ in range(3):  # each launch leaves the ticket counter at 0 for the next
+        launchers("reduce").launch_sum(xd, out, x.size, scratch)
+        runs.append(out.get())
+    assert scratch.get()[-1] == 0.0, "sum_single left its ticket counter set"
     bits = {int(r.view(np.uint32)[0]) for r in runs}
     assert len(bits) == 1, f"the sum differed between runs: {[float(r[0]) for r in runs]}"
     bound = x.size * EPS32 * float(np.abs(x.astype(np.float64)).sum())
@@ -572,7 +580,7 @@ def test_kernel_object(name: str, path: str) -> None:
 def test_kernel_cases_cover_every_single_launch_kernel() -> None:
     from pybridge.cuda import catalog
 
-    multi_pass = {"sum_partial", "sum_final", "scan_lookback"}  # tested as whole ops (scratch to clear)
+    multi_pass = {"sum_partial", "sum_final", "sum_single", "scan_lookback"}  # tested as whole ops (scratch to clear)
     kernels = {k for m in catalog.MODULES.values() for k in m.kernels} - multi_pass
     assert kernels == set(KERNEL_CASES) == set(_kernel_cases())
 
