@@ -16,8 +16,13 @@ from pybridge.bench.gpu import format_rows, time_device
 from pybridge.cuda import catalog
 
 
-# Kernels of scan_variants.cu: scan_l<look-back words per lane>_b<min blocks per SM>.
-VARIANTS = ("scan_l1_b8", "scan_l4_b8", "scan_l8_b8", "scan_l8_b6", "scan_l16_b5", "scan_l16_b4")
+# Kernels of scan_variants.cu: scan_l<look-back words per lane>_i<items per thread>_b<min blocks>[...].
+VARIANTS = ("scan_l1_i16_b8", "scan_l4_i16_b8", "scan_l1_i16_b8_static", "scan_l1_i16_b8_sleep",
+            "scan_l1_i32_b6", "scan_l1_i32_b5", "scan_l1_i32_b6_static", "scan_l1_i24_b5")
+
+
+def items_of(name: str) -> int:
+    return int(name.split("_")[2][1:])
 
 
 def main() -> None:
@@ -32,17 +37,17 @@ def main() -> None:
         n = 1 << e
         x = cp.asarray(np.random.default_rng(e).uniform(-1, 1, n).astype(np.float32))
         out = cp.empty(n, cp.float32)
-        tiles = catalog.scan_num_tiles(n)
-        status = cp.zeros(tiles + 1, cp.uint64)
+        status = cp.zeros(catalog.scan_num_tiles(n) + 1, cp.uint64)  # the smallest tile: most words
         t = time_device(lambda: drv.memcpy_dtod_async(out.data.ptr, x.data.ptr, 4 * n, None), repeat=9).median_s
         copy = 8 * n / t / 1e9
         rows.append({"size": n, "variant": "copy", "GB/s": copy, "% of copy": 100.0})
         ref = cp.cumsum(x.astype(cp.float64))
         for name in VARIANTS:
             f = mod.get_function(name)
+            tiles = -(-n // (catalog.SCAN_BLOCK * items_of(name)))
             args = (np.uintp(x.data.ptr), np.uintp(out.data.ptr), np.int64(n), np.uintp(status.data.ptr))
 
-            def once() -> None:
+            def once(f=f, args=args, tiles=tiles) -> None:
                 status.fill(0)
                 f(*args, block=(catalog.SCAN_BLOCK, 1, 1), grid=(tiles, 1))
 

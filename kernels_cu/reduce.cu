@@ -98,14 +98,15 @@ extern "C" __global__ void sum_final(const float* __restrict__ partials, float* 
     if (threadIdx.x == 0) out[0] = acc;
 }
 
-// One launch of sum_num_partials(n) >= 1 blocks of SUM_BLOCK. scratch: the partials, then at
-// scratch[gridDim.x] the ticket counter, which must be 0 before the launch and is 0 again after it
-// (zero it once when allocating scratch; launches sharing a scratch must be stream-ordered).
+// One launch of sum_num_partials(n) >= 1 blocks of SUM_BLOCK. scratch: word 0 is the ticket counter
+// (at a fixed place, so a scratch serves any n), which must be 0 before the launch and is 0 again
+// after it (zero it once when allocating scratch; launches sharing a scratch must be stream-ordered);
+// the partials follow it.
 extern "C" __global__ void sum_single(const float* __restrict__ x, float* __restrict__ out, int64_t n,
                                       float* scratch) {
     __shared__ bool last;
-    float* partials = scratch;
-    unsigned* counter = reinterpret_cast<unsigned*>(scratch + gridDim.x);
+    unsigned* counter = reinterpret_cast<unsigned*>(scratch);
+    float* partials = scratch + 1;
     const float t = block_partial(x, n);
     if (threadIdx.x == 0) {
         __stcg(partials + blockIdx.x, t);
@@ -131,7 +132,7 @@ extern "C" int64_t sum_num_partials(int64_t n) {
     return p < SUM_MAX_PARTIALS ? p : SUM_MAX_PARTIALS;
 }
 
-// Scratch launch_sum needs, in floats: the partials and the ticket counter.
+// Scratch launch_sum needs, in floats: the ticket counter and the partials.
 extern "C" int64_t sum_scratch_floats(int64_t n) {
     return sum_num_partials(n) + 1;
 }

@@ -8,7 +8,7 @@
 //   * It loads its tile (16-byte loads when x and out are aligned), scans it in shared memory and
 //     registers (each thread SCAN_ITEMS consecutive elements, then warp shuffles), and publishes
 //     the tile's total as an AGGREGATE in its status word.
-//   * Warp 0 looks back over the predecessors' status words, 32 * SCAN_LOOKBACK per round trip,
+//   * Warp 0 looks back over the predecessors' status words, 32 * SCAN_LOOKBACK (32) at a time,
 //     adding aggregates until it meets an INCLUSIVE prefix; the tile then publishes its own inclusive prefix and writes its
 //     elements plus the exclusive prefix.
 //
@@ -51,12 +51,11 @@ __device__ __forceinline__ unsigned long long peek(const unsigned long long* sta
     return word;
 }
 
-// Status words each lane of warp 0 reads per look-back step: one step covers 32 * SCAN_LOOKBACK
-// predecessors with one round trip to L2. The look-back is what a block spends most of its life on:
-// in steady state about as many tiles as there are resident blocks (~1000) sit between a new tile and
-// the nearest inclusive prefix, and 32 per round trip (run 3) made every block wait ~30 round trips.
+// Status words each lane of warp 0 reads per look-back step (32 * SCAN_LOOKBACK predecessors per
+// round trip to L2). Wider steps were SLOWER on the H100 (run 4: 1 / 4 / 8 / 16 words gave 75 / 74 /
+// 72 / 55-60% of copy at 2^28): the look-back's round trips are not what limits this kernel.
 #ifndef SCAN_LOOKBACK
-#define SCAN_LOOKBACK 8
+#define SCAN_LOOKBACK 1
 #endif
 
 // Warp 0 only (all 32 lanes): the sum of all tiles before `tile`. In a step, lane l reads the
@@ -67,7 +66,7 @@ __device__ __forceinline__ unsigned long long peek(const unsigned long long* sta
 // fixed order, then a fixed-shape warp sum; how many steps and where the inclusive prefix is found
 // depend on timing. Words older than any inclusive prefix are never 0 (that prefix was built from
 // them), so waiting on them cannot stall.
-template <int LOOKBACK>
+template <int LOOKBACK, int SLEEP_NS = 0>
 __device__ float look_back(const unsigned long long* status, int64_t tile) {
     const int lane = threadIdx.x & 31;
     float prefix = 0.0f;
@@ -84,7 +83,10 @@ __device__ float look_back(const unsigned long long* status, int64_t tile) {
         }
 #pragma unroll
         for (int j = 0; j < LOOKBACK; ++j) {
-            while ((word[j] >> 32) == 0) word[j] = peek(nearest - 32 * j);
+            while ((word[j] >> 32) == 0) {
+                if (SLEEP_NS > 0) __nanosleep(SLEEP_NS);
+                word[j] = peek(nearest - 32 * j);
+            }
         }
         float v = 0.0f;
         bool found = false;
@@ -111,9 +113,13 @@ __device__ float look_back(const unsigned long long* status, int64_t tile) {
 // block taking tiles until none is left (progress: the lowest unfinished tile is held by a running
 // block whose predecessors are all done). KERNEL: the extern "C" kernels below, which set the
 // register cap (blocks per SM).
-template <int LOOKBACK>
+// Variant knobs (benchmarks/scan_variants.cu): ITEMS per thread; STATIC_IDS takes blockIdx.x as the
+// tile (as CUB does: no atomic before the loads, but progress then relies on the hardware starting
+// blocks in index order; only with one block per tile); SLEEP_NS backs off between polls.
+template <int LOOKBACK, int ITEMS = SCAN_ITEMS, bool STATIC_IDS = false, int SLEEP_NS = 0>
 __device__ __forceinline__ void scan_tiles(const float* x, float* out, int64_t n, unsigned long long* scratch) {
-    __shared__ __align__(16) float tile[SCAN_SHARED_WORDS];
+    constexpr int TILE = SCAN_BLOCK * ITEMS;
+    __shared__ __align__(16) float tile[SCAN_PAD(TILE)];
     __shared__ float warp_totals[SCAN_BLOCK / 32];
     __shared__ float tile_prefix;
     __shared__ int64_t tile_id;
@@ -121,42 +127,42 @@ __device__ __forceinline__ void scan_tiles(const float* x, float* out, int64_t n
     const int lane = tid & 31;
     const int warp = tid >> 5;
     unsigned long long* status = scratch + 1;
-    const int64_t num_tiles = (n + SCAN_TILE - 1) / SCAN_TILE;
+    const int64_t num_tiles = (n + TILE - 1) / TILE;
 
     for (bool first = true;; first = false) {
     if (!first && gridDim.x >= num_tiles) return;  // one tile each: no second grab
     if (!first) __syncthreads();  // the previous tile's shared memory is no longer read
-    if (tid == 0) tile_id = static_cast<int64_t>(atomicAdd(scratch, 1ull));
+    if (tid == 0) tile_id = STATIC_IDS ? static_cast<int64_t>(blockIdx.x) : static_cast<int64_t>(atomicAdd(scratch, 1ull));
     __syncthreads();
     const int64_t t = tile_id;
     if (t >= num_tiles) return;
-    const int64_t base = t * SCAN_TILE;
-    const bool full = base + SCAN_TILE <= n;
+    const int64_t base = t * TILE;
+    const bool full = base + TILE <= n;
     const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
 
     // 1. Load the tile (coalesced), zeros past n.
     if (full && aligned) {
         const float4* x4 = reinterpret_cast<const float4*>(x + base);
 #pragma unroll
-        for (int j = 0; j < SCAN_ITEMS / 4; ++j) {
+        for (int j = 0; j < ITEMS / 4; ++j) {
             const int c = j * SCAN_BLOCK + tid;  // float4 chunk of the tile
             *reinterpret_cast<float4*>(&tile[SCAN_PAD(4 * c)]) = x4[c];
         }
     } else {
 #pragma unroll
-        for (int j = 0; j < SCAN_ITEMS; ++j) {
+        for (int j = 0; j < ITEMS; ++j) {
             const int e = j * SCAN_BLOCK + tid;
             tile[SCAN_PAD(e)] = (base + e < n) ? x[base + e] : 0.0f;
         }
     }
     __syncthreads();
 
-    // 2. Each thread scans its SCAN_ITEMS consecutive elements in place (kept in shared memory,
+    // 2. Each thread scans its ITEMS consecutive elements in place (kept in shared memory,
     //    not registers, across the look-back: fewer registers, more resident blocks).
     float run = 0.0f;
 #pragma unroll
-    for (int q = 0; q < SCAN_ITEMS / 4; ++q) {
-        float4* p = reinterpret_cast<float4*>(&tile[SCAN_PAD(tid * SCAN_ITEMS + 4 * q)]);
+    for (int q = 0; q < ITEMS / 4; ++q) {
+        float4* p = reinterpret_cast<float4*>(&tile[SCAN_PAD(tid * ITEMS + 4 * q)]);
         float4 v = *p;
         v.x = run = __fadd_rn(run, v.x);
         v.y = run = __fadd_rn(run, v.y);
@@ -182,7 +188,7 @@ __device__ __forceinline__ void scan_tiles(const float* x, float* out, int64_t n
             if (lane == 0) publish(status, SCAN_FLAG_INCLUSIVE, total);
         } else {
             if (lane == 0) publish(status + t, SCAN_FLAG_AGGREGATE, total);
-            prefix = look_back<LOOKBACK>(status, t);
+            prefix = look_back<LOOKBACK, SLEEP_NS>(status, t);
             if (lane == 0) publish(status + t, SCAN_FLAG_INCLUSIVE, __fadd_rn(prefix, total));
         }
         if (lane == 0) tile_prefix = prefix;
@@ -193,8 +199,8 @@ __device__ __forceinline__ void scan_tiles(const float* x, float* out, int64_t n
 
     // 5. Back through shared memory (each thread rewrites only what it read), then coalesced stores.
 #pragma unroll
-    for (int q = 0; q < SCAN_ITEMS / 4; ++q) {
-        float4* p = reinterpret_cast<float4*>(&tile[SCAN_PAD(tid * SCAN_ITEMS + 4 * q)]);
+    for (int q = 0; q < ITEMS / 4; ++q) {
+        float4* p = reinterpret_cast<float4*>(&tile[SCAN_PAD(tid * ITEMS + 4 * q)]);
         const float4 v = *p;
         *p = make_float4(__fadd_rn(offset, v.x), __fadd_rn(offset, v.y), __fadd_rn(offset, v.z),
                          __fadd_rn(offset, v.w));
@@ -203,13 +209,13 @@ __device__ __forceinline__ void scan_tiles(const float* x, float* out, int64_t n
     if (full && aligned) {
         float4* out4 = reinterpret_cast<float4*>(out + base);
 #pragma unroll
-        for (int j = 0; j < SCAN_ITEMS / 4; ++j) {
+        for (int j = 0; j < ITEMS / 4; ++j) {
             const int c = j * SCAN_BLOCK + tid;
             out4[c] = *reinterpret_cast<const float4*>(&tile[SCAN_PAD(4 * c)]);
         }
     } else {
 #pragma unroll
-        for (int j = 0; j < SCAN_ITEMS; ++j) {
+        for (int j = 0; j < ITEMS; ++j) {
             const int e = j * SCAN_BLOCK + tid;
             if (base + e < n) out[base + e] = tile[SCAN_PAD(e)];
         }

@@ -92,7 +92,7 @@ MODULES: dict[str, ModuleEntry] = {
         {
             "sum_partial": "sum_partial(const float* x[n], float* partials[min((n + 255) / 256, 1024)], int64 n)",
             "sum_final": "sum_final(const float* partials[num_partials], float* out[1], int64 num_partials)",
-            # scratch: the partials, then a ticket counter that must be 0 (the kernel leaves it 0)
+            # scratch: a ticket counter that must be 0 (the kernel leaves it 0), then the partials
             "sum_single": "sum_single(const float* x[n], float* out[1], int64 n, float* scratch[min((n + 255) / 256, 1024) + 1])",
         },
         ("launch_sum(const float* x[n], float* out[1], int64 n, float* scratch[min((n + 255) / 256, 1024) + 1])",),
@@ -177,8 +177,9 @@ def sum_num_partials(n: int) -> int:
 
 
 def sum_scratch_floats(n: int) -> int:
-    """Scratch launch_sum needs (floats): the partials and sum_single's ticket counter, which must
-    be zero before the first launch on it (every launch leaves it zero)."""
+    """Scratch launch_sum needs (floats): sum_single's ticket counter (word 0, at the same place for
+    every n, so one zeroed scratch serves any n) and the partials. The counter must be zero before
+    the first launch on it; every launch leaves it zero."""
     return sum_num_partials(n) + 1
 
 
@@ -362,7 +363,7 @@ _sum_scratch = threading.local()
 
 
 def _sum_scratch_f32(stream: Stream, count: int) -> DeviceArray:
-    """sum_single's scratch for ``stream`` (``count`` floats: partials + ticket counter), zeroed once
+    """sum_single's scratch for ``stream`` (``count`` floats: ticket counter + partials), zeroed once
     when made: the kernel leaves the counter 0, and stream order keeps launches on one stream from
     overlapping. Separate from :func:`_scratch_f32`, which scan leaves full of status words."""
     cache: dict[int, tuple[Stream, DeviceArray, dict[int, DeviceArray]]] | None = getattr(_sum_scratch, "cache", None)
@@ -383,7 +384,7 @@ def _sum_on(s: Stream, x: Any, out: Any) -> DeviceArray:
     n = xd.size
     p = sum_num_partials(n)
     o = _out(out, (1,), np.float32, s)
-    if p > 0:  # one launch; its last block adds the partials (the counter sits right after them)
+    if p > 0:  # one launch; its last block adds the partials (the counter is word 0 for every n)
         scratch = _sum_scratch_f32(s, sum_scratch_floats(n))
         get_kernel("reduce", "sum_single")(xd, o, n, scratch, config=_config(p, SUM_BLOCK, 0), stream=s)
     else:  # the sum of nothing: 0
