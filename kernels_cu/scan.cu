@@ -25,14 +25,17 @@
 #include "common.cuh"
 
 #define SCAN_BLOCK 256
-#define SCAN_ITEMS 16
+#define SCAN_ITEMS 32
 #define SCAN_TILE (SCAN_BLOCK * SCAN_ITEMS)
-// Register cap: at least this many blocks resident per SM. The look-back and the barriers leave a
-// block without loads in flight for much of its life, so throughput grows with resident blocks.
+// Tile and cap measured on the H100 (run 5, benchmarks/scan_variants.cu): 32 items (8192-element
+// tiles, 37 KB of shared memory) at 6 blocks/SM reached 78 / 83 / 85% of copy at 2^24 / 2^26 / 2^28,
+// 16 items at 8 blocks/SM 70 / 74 / 75%: a block's fixed costs (tile-id atomic, barriers,
+// look-back, during which it has no loads in flight) spread over twice the bytes.
+// Register cap: at least this many blocks resident per SM (40 registers, no spills).
 #ifndef SCAN_MIN_BLOCKS
-#define SCAN_MIN_BLOCKS 8
+#define SCAN_MIN_BLOCKS 6
 #endif
-// 4 padding words after every 32: the float4 reads of thread t (words 16t .. 16t+15) and the
+// 4 padding words after every 32: the float4 reads of thread t (words 32t .. 32t+31) and the
 // coalesced float4 writes both spread over the 32 banks; alignment to 16 bytes is kept.
 #define SCAN_PAD(i) ((i) + (((i) >> 5) << 2))
 #define SCAN_SHARED_WORDS SCAN_PAD(SCAN_TILE)

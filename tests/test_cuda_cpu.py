@@ -420,8 +420,8 @@ def test_grid_helpers() -> None:
     assert catalog.mandelbrot_config(33, 1).grid == (3, 1, 1)
     assert [catalog.sum_num_partials(n) for n in (0, 1, 256, 257, 10**9)] == [0, 1, 1, 2, 1024]
     assert [catalog.sum_scratch_floats(n) for n in (0, 1, 257, 10**9)] == [1, 2, 3, 1025]
-    assert [catalog.scan_num_tiles(n) for n in (0, 1, 4096, 4097, 2**26)] == [0, 1, 1, 2, 16384]
-    assert [catalog.scan_scratch_floats(n) for n in (0, 1, 4097)] == [2, 4, 6]
+    assert [catalog.scan_num_tiles(n) for n in (0, 1, 8192, 8193, 2**26)] == [0, 1, 1, 2, 8192]
+    assert [catalog.scan_scratch_floats(n) for n in (0, 1, 8193)] == [2, 4, 6]
     assert [catalog.saxpy_config(n).grid[0] for n in (0, 1, 4096, 4097)] == [1, 1, 1, 2]
     assert catalog.histogram_config(10, 12288, 132)[0] == "histogram"  # 48 KiB of bins fit
     assert catalog.histogram_config(10, 12289, 132)[0] == "histogram_global"
@@ -636,11 +636,11 @@ def test_launcher_library_on_cpu(cuda_build: Path, module: str) -> None:
             catalog.sum_scratch_floats(n) for n in (0, 1, 257, 10**9)
         ]
     if module == "scan":
-        assert [lib.raw("scan_num_tiles")(n) for n in (0, 1, 4097, 2**26)] == [
-            catalog.scan_num_tiles(n) for n in (0, 1, 4097, 2**26)
+        assert [lib.raw("scan_num_tiles")(n) for n in (0, 1, 8193, 2**26)] == [
+            catalog.scan_num_tiles(n) for n in (0, 1, 8193, 2**26)
         ]
-        assert [lib.raw("scan_scratch_floats")(n) for n in (0, 1, 4097, 2**26)] == [
-            catalog.scan_scratch_floats(n) for n in (0, 1, 4097, 2**26)
+        assert [lib.raw("scan_scratch_floats")(n) for n in (0, 1, 8193, 2**26)] == [
+            catalog.scan_scratch_floats(n) for n in (0, 1, 8193, 2**26)
         ]
 
 

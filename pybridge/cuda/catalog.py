@@ -58,7 +58,7 @@ SAXPY_BLOCK_ELEMS = SAXPY_BLOCK * SAXPY_UNROLL * 4
 SUM_BLOCK = 256  # reduce.cu
 SUM_MAX_PARTIALS = 1024
 SCAN_BLOCK = 256  # scan.cu
-SCAN_ITEMS = 16
+SCAN_ITEMS = 32
 SCAN_TILE = SCAN_BLOCK * SCAN_ITEMS
 MM_BM = 128  # matmul.cu
 MM_BN = 128
@@ -102,9 +102,9 @@ MODULES: dict[str, ModuleEntry] = {
         "scan",
         {
             # scratch: the tile counter and one 64-bit status word per tile (zeroed before each launch)
-            "scan_lookback": "scan_lookback(const float* x[n], float* out[n], int64 n, uint64* scratch[1 + (n + 4095) / 4096])",
+            "scan_lookback": "scan_lookback(const float* x[n], float* out[n], int64 n, uint64* scratch[1 + (n + 8191) / 8192])",
         },
-        ("launch_scan(const float* x[n], float* out[n], int64 n, float* scratch[2 * (1 + (n + 4095) / 4096)])",),
+        ("launch_scan(const float* x[n], float* out[n], int64 n, float* scratch[2 * (1 + (n + 8191) / 8192)])",),
         "int64_t scan_num_tiles(int64_t n);\nint64_t scan_scratch_floats(int64_t n);",
     ),
     "matmul": ModuleEntry(

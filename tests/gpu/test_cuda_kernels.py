@@ -54,8 +54,8 @@ GPU_SETTINGS = settings(
     report_multiple_bugs=False,  # one minimal failure
 )
 
-# Sizes around the block (256), scan tile (2048) and warp (32) boundaries, plus anything up to 5000.
-SIZE_EDGES = (0, 1, 2, 31, 32, 33, 255, 256, 257, 1023, 1025, 2047, 2048, 2049, 4095, 4097)
+# Sizes around the block (256), scan tile (8192) and warp (32) boundaries, plus anything up to 5000.
+SIZE_EDGES = (0, 1, 2, 31, 32, 33, 255, 256, 257, 1023, 1025, 2047, 2048, 2049, 4095, 4097, 8191, 8193)
 SIZES: dict[str, Any] = dict(max_size=5000, extra_sizes=SIZE_EDGES)
 # Every float32, NaN, infinities and subnormals included: the exact kernels must agree on all.
 ALL_F32: dict[str, Any] = dict(allow_nan=True, allow_infinity=True, allow_subnormal=True)
