@@ -94,3 +94,45 @@ def test_thread_stress(backend: str) -> None:
     print(f"stress {backend}: {json.dumps(r)}")
     assert r["closes"] == 3 and r["invalid_after_close"] == 3 * threads
     assert r["ops"] > 100 and r["program_errors"] > 0
+
+
+@pytest.mark.parametrize("backend", backends("c", "multicore", "cuda"))
+def test_gil_released_during_a_long_call(backend: str) -> None:
+    """A long call (and the sync it needs) holds up neither plain Python threads nor a call on
+    another context; a second call on the same context waits for the first (the context lock)."""
+    import threading
+    import time
+
+    import numpy as np
+
+    import pybridge.futhark as pf
+
+    path = probe(backend)
+    with pf.load(path) as lib, pf.load(path) as other:
+        xs = lib.types["[]f32"].new(np.ones(4_000_000, dtype=np.float32))
+        lib.chain30(xs).free()
+        lib.sync()
+        t0 = time.perf_counter()
+        lib.sum(lib.chain30(xs))  # a scalar result: includes the sync
+        one_call = time.perf_counter() - t0
+        done = threading.Event()
+
+        def long_call() -> None:
+            for _ in range(3):
+                lib.sum(lib.chain30(xs))
+            done.set()
+
+        worker = threading.Thread(target=long_call)
+        spins = other_calls = 0
+        start = time.perf_counter()
+        worker.start()
+        while not done.is_set():
+            spins += 1
+            if spins % 1000 == 0:
+                other.trivial(1)  # another context: never waits for lib's lock
+                other_calls += 1
+        elapsed = time.perf_counter() - start
+        worker.join()
+    # With the GIL held through the calls, this thread could not have run for ~3 call durations.
+    assert elapsed > 2 * one_call, (elapsed, one_call)
+    assert spins > 10_000 and other_calls > 10, (spins, other_calls, elapsed)
