@@ -116,6 +116,11 @@ class Library:
         for name, info in manifest.types.items():
             self.types[name] = ArrayKind(self, info) if isinstance(info, ArrayType) else OpaqueKind(self, info)
         self.entry_points = {name: EntryPoint(self, e) for name, e in manifest.entry_points.items()}
+        # Entry points as instance attributes: found by the ordinary lookup, not by __getattr__
+        # after a failed one (which costs more than the call itself). Library's own names win.
+        for name, ep in self.entry_points.items():
+            if not hasattr(type(self), name) and name not in self.__dict__:
+                self.__dict__[name] = ep
         self.key = f"{self.path}::{self.backend}"
         # The program's source, when it sits beside the library (pybridge build, make copies) —
         # pybridge.testing reads size names from its entry headers.

@@ -44,7 +44,7 @@ class Value:
         self._free_fn = free_fn
         self._status: str | None = None  # None while live; else why it is unusable
         self._keep = keep  # an object that must outlive the value (new_raw's owner)
-        self._ctx.register(self, free_fn, ptr)
+        self._ctx._state.values[id(self)] = (free_fn, ptr)  # Context.register, inlined: every result
 
     @property
     def ptr(self) -> Any:
@@ -71,22 +71,21 @@ class Value:
         self._release("freed")
 
     def _release(self, status: str) -> None:
-        ctx = self._ctx
-        if ctx.closed:  # close() freed the C value; never wait for a lock at interpreter exit
+        state = self._ctx._state  # the context's shared state: its lock, open flag and registry
+        if not state.open:  # close() freed the C value; never wait for a lock at interpreter exit
             self._status = self._status or status
             self._keep = None
             return
-        with ctx.lock:  # a call passing this handle in another thread finishes first, or sees it gone
+        with state.lock:  # a call passing this handle in another thread finishes first, or sees it gone
             if self._status is not None:
                 return
             self._status = status
-            if not ctx.closed:
-                ctx.unregister(self)
-                rc = self._free_fn(ctx.ptr, self._ptr)
-                self._keep = None
-                if rc != 0:
-                    raise ctx.error(rc, "free")
             self._keep = None
+            if state.open:
+                state.values.pop(id(self), None)
+                rc = self._free_fn(state.ctx, self._ptr)
+                if rc != 0:
+                    raise self._ctx.error(rc, "free")
 
     def _mark_consumed(self, by: str) -> None:
         # A consumed value may only be freed (docs/c-api.rst, "Entry points").
@@ -94,8 +93,8 @@ class Value:
 
     def __del__(self) -> None:
         try:
-            if self._status is None and not self._ctx.closed:
-                self._release("freed")
+            if self._status is None:
+                self._release("freed")  # touches no C once the context is closed
         except Exception:
             pass
 
@@ -112,9 +111,17 @@ class ArrayHandle(Value):
     __slots__ = ("atype", "_shape")
 
     def __init__(self, library: "Library", atype: "ArrayKind", ptr: Any, keep: Any = None):
+        # Value.__init__ spelled out: every array result is built here, and super() costs more
+        # than the C call it wraps (benchmarks/bench_call_overhead.py).
         self.atype = atype
         self._shape: tuple[int, ...] | None = None
-        super().__init__(library, ptr, atype.free_fn, keep)
+        self.library = library
+        ctx = self._ctx = library.context
+        self._ptr = ptr
+        free_fn = self._free_fn = atype.free_fn
+        self._status = None
+        self._keep = keep
+        ctx._state.values[id(self)] = (free_fn, ptr)
 
     @property
     def type_name(self) -> str:
