@@ -112,7 +112,7 @@ class ArrayHandle(Value):
 
     def __init__(self, library: "Library", atype: "ArrayKind", ptr: Any, keep: Any = None):
         # Value.__init__ spelled out: every array result is built here, and super() costs more
-        # than the C call it wraps (benchmarks/bench_call_overhead.py).
+        # than the C call it wraps (`pybridge bench overhead`).
         self.atype = atype
         self._shape: tuple[int, ...] | None = None
         self.library = library
