@@ -94,7 +94,7 @@ def compile_plan(ep: "EntryPoint") -> Callable[..., Any]:
             htype = "ArrayHandle" if isinstance(kind, ArrayKind) else "OpaqueHandle"
             results.append(f"{htype}(lib, RK{k}, out{k}[0])")
         outs.append(f"out{k}")
-    consume = [f"a{i}._release({f'consumed by entry point {ep.name!r} (parameter {info.inputs[i].name!r})'!r})"
+    consume = [f"a{i}._mark_consumed({f'entry point {ep.name!r} (parameter {info.inputs[i].name!r})'!r})"
                for i in consumed]
     if api:
         env["shim"] = getattr(lib.lib, shim_name(info.cfun))
