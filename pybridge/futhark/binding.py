@@ -3,10 +3,10 @@
 Two modes, both cffi "out-of-line" (the cdef is parsed once, when the module is generated, not at
 every load):
 - ``abi``: a pure-Python cffi module (``set_source(name, None)``) that ``dlopen``s the library. Needs
-  no C compiler at load time, works for any library the manifest describes. The default.
+  no C compiler at load time, works for any library the manifest describes. The fallback.
 - ``api``: a compiled CPython extension calling the library's functions directly (needs a C compiler
-  and the header ``<prog>.h`` next to the library). Lower per-call overhead; see
-  `pybridge bench overhead` for the measured difference.
+  and the header ``<prog>.h`` next to the library), with pybridge's call shims (shims.py). Lower
+  per-call overhead (`pybridge bench overhead`); the default where it can be built.
 Generated modules are cached by a hash of (mode, declarations, library path, cffi version).
 """
 
@@ -16,7 +16,9 @@ import contextlib
 import hashlib
 import io
 import importlib.util
+import os
 import sys
+import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -69,29 +71,43 @@ def bind_abi(cdef: str, library: Path) -> tuple[Any, Any]:
     return ffi, lib
 
 
-def bind_api(cdef: str, library: Path, header: Path, include_dirs: Sequence[str] = ()) -> tuple[Any, Any]:
+def bind_api(
+    cdef: str, library: Path, header: Path, include_dirs: Sequence[str] = (), extra_cdef: str = "", extra_source: str = ""
+) -> tuple[Any, Any]:
     """(ffi, lib) through an out-of-line API-mode extension compiled against ``header``
-    (``include_dirs``: where the headers it includes are, e.g. cuda.h and nvrtc.h)."""
-    name = _module_name("api", cdef, library)
+    (``include_dirs``: where the headers it includes are, e.g. cuda.h and nvrtc.h); ``extra_cdef`` /
+    ``extra_source`` add C functions of pybridge's own (the call shims)."""
+    name = _module_name("api", cdef + extra_cdef + extra_source, library)
     out = cache_dir() / "ffi"
     with _lock:
         module = sys.modules.get(name)
         if module is None:
             found = sorted(out.glob(f"{name}.*.so")) + sorted(out.glob(f"{name}.so"))
             if not found:
-                builder = cffi.FFI()
-                # The header declares CUdeviceptr (through cuda.h): let the C compiler size it.
-                builder.cdef(cdef.replace("typedef unsigned long long CUdeviceptr;", "typedef int... CUdeviceptr;"))
-                libdir = str(library.parent)
-                builder.set_source(
-                    name,
-                    f'#include "{header.name}"',
-                    include_dirs=[str(header.parent), *include_dirs],
-                    library_dirs=[libdir],
-                    libraries=[library.stem.removeprefix("lib")],
-                    extra_link_args=[f"-Wl,-rpath,{libdir}"],
-                )
-                out.mkdir(parents=True, exist_ok=True)
-                found = [Path(builder.compile(tmpdir=str(out), verbose=False))]
+                found = [_compile_api(name, cdef + extra_cdef, library, header, include_dirs, extra_source, out)]
             module = _import_from(found[0], name)
     return module.ffi, module.lib
+
+
+def _compile_api(
+    name: str, cdef: str, library: Path, header: Path, include_dirs: Sequence[str], extra_source: str, out: Path
+) -> Path:
+    builder = cffi.FFI()
+    # The header declares CUdeviceptr (through cuda.h): let the C compiler size it.
+    builder.cdef(cdef.replace("typedef unsigned long long CUdeviceptr;", "typedef int... CUdeviceptr;"))
+    builder.set_source(
+        name,
+        f'#include "{header.name}"\n{extra_source}',
+        include_dirs=[str(header.parent), *include_dirs],
+        # By full path: linked as -lprobe, two libprobe.so of different directories would resolve
+        # to whichever the process loaded first (the loader matches the needed name).
+        extra_link_args=[str(library.resolve())],
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    # Build in a private directory and rename into place: another process may be loading the cache.
+    with tempfile.TemporaryDirectory(dir=out) as tmp:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            built = Path(builder.compile(tmpdir=tmp, verbose=False))
+        target = out / built.name
+        os.replace(built, target)
+    return target

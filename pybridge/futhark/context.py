@@ -10,8 +10,10 @@ Lifetime rules from docs/c-api.rst that this layer enforces:
 
 from __future__ import annotations
 
+import atexit
 import json
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -46,7 +48,11 @@ class Config:
 
 
 class _State:
-    """What the context's finaliser needs, kept apart from the Context so handles can share it."""
+    """What the context's finaliser needs, kept apart from the Context so handles can share it.
+
+    ``lock`` is the context's one lock (docs/DESIGN.md, "Threads"): every C call on the context is
+    made under it together with the checks before it (open, handle still live) and the error read
+    after it. Reentrant, because a handle's ``__del__`` may run in a thread that already holds it."""
 
     def __init__(self, ffi: Any, lib: Any, cfg: Any, ctx: Any):
         self.ffi, self.lib, self.cfg, self.ctx = ffi, lib, cfg, ctx
@@ -54,11 +60,18 @@ class _State:
         self.lock = threading.RLock()
         # id(handle) -> (free function, pointer) for every live value, so close() can free them.
         self.values: dict[int, tuple[Callable[[Any, Any], int], Any]] = {}
+        _open_states.add(self)
 
-    def close(self) -> None:
-        with self.lock:
+    def close(self, timeout: float = -1) -> bool:
+        """Free values, sync, free the context and its configuration, once, after the calls in
+        flight finish. With a timeout (interpreter exit) a call that does not finish in time leaves
+        the C objects alive (the process is ending) and only marks the context closed."""
+        if not self.lock.acquire(timeout=timeout):
+            self.open = False
+            return False
+        try:
             if not self.open:
-                return
+                return True
             self.open = False
             for free, ptr in list(self.values.values()):
                 free(self.ctx, ptr)
@@ -66,6 +79,22 @@ class _State:
             self.lib.futhark_context_sync(self.ctx)
             self.lib.futhark_context_free(self.ctx)
             self.lib.futhark_context_config_free(self.cfg)
+            return True
+        finally:
+            self.lock.release()
+
+
+_open_states: "weakref.WeakSet[_State]" = weakref.WeakSet()
+EXIT_WAIT_S = 5.0  # how long interpreter exit waits for a call in flight before leaving the context
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Close every context before the interpreter finalises, while daemon threads still run Python:
+    a thread calling in then gets InvalidHandleError instead of a freed context, and nothing is left
+    for finalisers that would run after daemon threads are frozen (perhaps holding a lock)."""
+    for state in list(_open_states):
+        state.close(timeout=EXIT_WAIT_S)
 
 
 class Context:
@@ -101,9 +130,10 @@ class Context:
             raise FutharkError(f"could not create the Futhark context: {msg}", None, "futhark_context_new")
         self._state = _State(ffi, lib, cfg, ctx)
         self._pending_host: list[Any] = []  # host buffers of in-flight async copies (GPU backends)
-        import weakref
-
+        self.lock = self._state.lock
+        # atexit=False: _close_at_exit closes at exit, with a bound on the wait.
         self._finalizer = weakref.finalize(self, _State.close, self._state)
+        self._finalizer.atexit = False
 
     # -- configuration
     def _apply(self, cfg: Any, c: Config, tuning_names: set[str]) -> None:
@@ -166,13 +196,21 @@ class Context:
             self.lib.free(p)
 
     def last_error(self) -> str | None:
-        p = self.lib.futhark_context_get_error(self.ptr)
-        return None if p == self.ffi.NULL else self._take_string(p)
+        """Take Futhark's pending error message. Callers hold ``lock`` since the failed call:
+        ``futhark_context_get_error`` is not thread-safe (Futhark 0.25)."""
+        with self.lock:
+            p = self.lib.futhark_context_get_error(self.ptr)
+            return None if p == self.ffi.NULL else self._take_string(p)
 
     def error(self, code: int | None, function: str) -> FutharkError:
         """The exception for a failed call, with Futhark's own message."""
         msg = self.last_error() or f"{function} failed with code {code} (no message from Futhark)"
         return error_for(code, msg.rstrip("\n"), function)
+
+    def error_from(self, code: int, message_ptr: Any, function: str) -> FutharkError:
+        """The exception for a failed call whose message a C shim already took (API mode)."""
+        msg = self._take_string(message_ptr) if message_ptr != self.ffi.NULL else ""
+        return error_for(code, (msg or f"{function} failed with code {code} (no message from Futhark)").rstrip("\n"), function)
 
     def check(self, code: int, function: str) -> None:
         if code != 0:
@@ -180,39 +218,45 @@ class Context:
 
     # -- API
     def sync(self) -> None:
-        """Wait for all outstanding work; errors of asynchronous work surface here."""
-        rc = self.lib.futhark_context_sync(self.ptr)
-        if self._pending_host:
-            self._pending_host.clear()
-        if rc != 0:
-            raise self.error(rc, "futhark_context_sync")
+        """Wait for all outstanding work; errors of asynchronous work surface here. The GIL is
+        released while it waits (cffi); other threads' calls on this context wait for the lock."""
+        with self.lock:
+            rc = self.lib.futhark_context_sync(self.ptr)
+            if self._pending_host:
+                self._pending_host.clear()
+            if rc != 0:
+                raise self.error(rc, "futhark_context_sync")
 
     def keep_until_sync(self, buffer: Any) -> None:
         """Hold a host buffer that an asynchronous copy reads or writes until the next sync."""
         if self.gpu:
-            self._pending_host.append(buffer)
+            self._pending_host.append(buffer)  # list.append: atomic under the GIL
             if len(self._pending_host) > 1024:  # bound the memory an unsynced loop can pin
                 self.sync()
 
     def report(self) -> dict[str, Any]:
         """``futhark_context_report`` parsed from JSON (debug and profiling information)."""
-        p = self.lib.futhark_context_report(self.ptr)
-        if p == self.ffi.NULL:
-            raise self.error(None, "futhark_context_report")
-        text = self._take_string(p)
+        with self.lock:
+            p = self.lib.futhark_context_report(self.ptr)
+            if p == self.ffi.NULL:
+                raise self.error(None, "futhark_context_report")
+            text = self._take_string(p)
         try:
             return dict(json.loads(text))
         except (json.JSONDecodeError, TypeError, ValueError):
             return {"text": text}
 
     def clear_caches(self) -> None:
-        self.check(self.lib.futhark_context_clear_caches(self.ptr), "futhark_context_clear_caches")
+        with self.lock:
+            self.check(self.lib.futhark_context_clear_caches(self.ptr), "futhark_context_clear_caches")
 
     def pause_profiling(self) -> None:
-        self.lib.futhark_context_pause_profiling(self.ptr)
+        with self.lock:
+            self.lib.futhark_context_pause_profiling(self.ptr)
 
     def unpause_profiling(self) -> None:
-        self.lib.futhark_context_unpause_profiling(self.ptr)
+        with self.lock:
+            self.lib.futhark_context_unpause_profiling(self.ptr)
 
     # -- value registry (used by values.py)
     def register(self, handle: object, free: Callable[[Any, Any], int], ptr: Any) -> None:
@@ -226,9 +270,10 @@ class Context:
         return len(self._state.values)
 
     def close(self) -> None:
-        """Free remaining values, sync, free the context, then the configuration."""
-        self._pending_host.clear()
+        """Wait for calls in flight, then free remaining values, sync, free the context and the
+        configuration. Later calls on it or its handles raise InvalidHandleError."""
         self._finalizer()
+        self._pending_host.clear()
 
     def __enter__(self) -> "Context":
         return self

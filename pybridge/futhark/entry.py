@@ -1,6 +1,7 @@
 """Entry points as Python callables with real signatures.
 
-Per call: convert each argument (handles pass through, NumPy is copied into temporaries that are
+The common call runs through a plan compiled per entry point (callplan.py); everything else takes
+the general path here. Per call: convert each argument (handles pass through, NumPy is copied into temporaries that are
 freed after the call), call the C function, raise on a nonzero code with Futhark's message, mark
 consumed handles invalid, and wrap results (arrays/opaques as handles, scalars as NumPy scalars).
 Calls are asynchronous on GPU backends; only scalar results force a sync, because the C API says
@@ -14,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from .manifest import EntryPoint as EntryInfo
 from .types import PRIMITIVES, scalar_converter
-from .errors import InvalidHandleError
-from .values import Value, prim_from_c
+from .callplan import compile_plan
+from .values import Value
 
 if TYPE_CHECKING:
     from .library import Library
@@ -44,15 +45,6 @@ class EntryPoint:
             scalar_converter(prim, f"{info.name}: parameter {p.name!r}") if prim is not None else None
             for p, prim in zip(info.inputs, self._prim_inputs)
         ]
-        self._all_prim = all(c is not None for c in self._convs)
-        out_prims = [PRIMITIVES.get(o.type) for o in info.outputs]
-        self._fast_out = all(p is not None for p in out_prims)
-        self._out_ctypes = [f"{p.ctype} *" for p in out_prims if p is not None]
-        self._out_prims = out_prims
-        self._plain_out = len(out_prims) == 1 and out_prims[0] is not None and out_prims[0].name != "f16"
-        self._state = library.context._state
-        self._sync = library.lib.futhark_context_sync
-        self._new = library.ffi.new
         params = [
             inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_annotation(p.type, p.unique))
             for p in info.inputs
@@ -68,6 +60,9 @@ class EntryPoint:
                "NumPy arrays are copied in, so user data is never changed.\n" if consumed else "")
             + (f"\n{info.doc}\n" if info.doc else "")
         )
+        # Each entry point gets its own class whose __call__ is its compiled plan, so a call is one
+        # Python function call (a special method is looked up on the type, not the instance).
+        self.__class__ = type("EntryPoint", (EntryPoint,), {"__call__": compile_plan(self), "__module__": __name__})
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         n = len(self.entry.inputs)
@@ -80,28 +75,14 @@ class EntryPoint:
         return tuple(bound.arguments[p.name] for p in self.entry.inputs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._all_prim and self._fast_out and not kwargs and len(args) == self._n:
-            return self._call_scalars(args)
+        # Replaced per entry point by its compiled call plan (callplan.py); this is its fallback.
         return self._call_general(self._bind(args, kwargs))
 
-    def _call_scalars(self, args: tuple[Any, ...]) -> Any:
-        """Scalars in, scalars out: no temporaries, no handles. The sync is required: the C API
-        forbids reading a scalar result before one (futhark-ffi skips it, which is wrong on GPUs)."""
-        state = self._state
-        if not state.open:
-            raise InvalidHandleError("the Futhark context is closed")
-        ctx = state.ctx
-        c_args = [conv(v) for conv, v in zip(self._convs, args)]
-        cells = [self._new(t) for t in self._out_ctypes]
-        rc = self._fn(ctx, *cells, *c_args)
-        if rc != 0:
-            raise self.library.context.error(rc, self.entry.cfun)
-        rc = self._sync(ctx)
-        if rc != 0:
-            raise self.library.context.error(rc, "futhark_context_sync")
-        if len(cells) == 1:
-            return self._out_prims[0].scalar_type(cells[0][0]) if self._plain_out else prim_from_c(self._out_prims[0], cells[0][0])  # type: ignore[union-attr,arg-type]
-        return tuple(prim_from_c(p, c[0]) for p, c in zip(self._out_prims, cells))  # type: ignore[arg-type]
+    def _convert_scalars(self, args: tuple[Any, ...]) -> None:
+        """Run every scalar parameter's converter: raises the error that names the parameter."""
+        for conv, v in zip(self._convs, args):
+            if conv is not None:
+                conv(v)
 
     def _call_general(self, values: tuple[Any, ...]) -> Any:
         lib = self.library
@@ -115,21 +96,25 @@ class EntryPoint:
                     c_args.append(conv(v))
                 else:
                     c_args.append(codec.to_c(p.type, v, f"{self.name}: parameter {p.name!r}", scope, p.unique))
+            handles = [v for v in values if isinstance(v, Value)]
             # Two handles to one value in consuming position would be consumed twice.
             if any(p.unique for p in info.inputs):
-                seen = [id(v) for p, v in zip(info.inputs, values) if isinstance(v, Value)]
+                seen = [id(v) for v in handles]
                 if len(seen) != len(set(seen)):
                     raise ValueError(f"{self.name}: a consumed handle may not also be passed as another argument")
             cells = [codec.out_cell(o.type) for o in info.outputs]
-            rc = self._fn(ctx.ptr, *cells, *c_args)
-            for p, v in zip(info.inputs, values):
-                if p.unique and isinstance(v, Value):
-                    v._mark_consumed(f"entry point {self.name!r} (parameter {p.name!r})")
-            if rc != 0:
-                raise ctx.error(rc, info.cfun)
-        if self._scalar_out:
-            ctx.sync()
-        results = tuple(codec.from_cell(o.type, c) for o, c in zip(info.outputs, cells))
+            with ctx.lock:  # docs/DESIGN.md, "Threads"
+                for v in handles:
+                    v.ptr  # still live: another thread may have freed or consumed it since conversion
+                rc = self._fn(ctx.ptr, *cells, *c_args)
+                for p, v in zip(info.inputs, values):
+                    if p.unique and isinstance(v, Value):
+                        v._mark_consumed(f"entry point {self.name!r} (parameter {p.name!r})")
+                if rc != 0:
+                    raise ctx.error(rc, info.cfun)
+                if self._scalar_out:
+                    ctx.sync()
+                results = tuple(codec.from_cell(o.type, c) for o, c in zip(info.outputs, cells))
         return results[0] if len(results) == 1 else results
 
     def __repr__(self) -> str:

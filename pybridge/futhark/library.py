@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any, Iterator
@@ -24,6 +25,7 @@ from .context import Config, Context
 from .entry import EntryPoint
 from .errors import FutharkError
 from .manifest import ArrayType, Manifest, load_manifest
+from .shims import shims_for
 from .values import ArrayKind, Codec, OpaqueKind
 
 BACKEND_PREFERENCE = ("c", "multicore", "cuda", "hip", "opencl", "ispc")
@@ -80,24 +82,29 @@ def _gpu_present() -> tuple[bool, str]:
 class Library:
     """A loaded Futhark library with one context. Entry points are attributes: ``lib.saxpy(...)``."""
 
-    def __init__(self, so_path: Path, manifest: Manifest, mode: str = "abi", config: Config | None = None):
+    def __init__(self, so_path: Path, manifest: Manifest, mode: str = "auto", config: Config | None = None):
         self.path = Path(so_path).resolve()
         self.manifest = manifest
         self.backend = manifest.backend
         self.mode = mode
         self.raw_ctype = RAW_POINTER_CTYPE.get(self.backend, "void *")
         cdef = cdef_for(manifest)
-        if mode == "abi":
+        self.mode_note = ""
+        if mode == "auto":
+            try:
+                self.ffi, self.lib = self._bind_api(cdef)
+                self.mode = "api"
+            except Exception as e:  # no header, no compiler, no setuptools, compile error
+                self.mode_note = f"ABI mode (slower calls) because API mode could not be built: {_one_line(e)}"
+                warnings.warn(f"{self.path.name}: {self.mode_note}", RuntimeWarning, stacklevel=3)
+                self.ffi, self.lib = bind_abi(cdef, self.path)
+                self.mode = "abi"
+        elif mode == "abi":
             self.ffi, self.lib = bind_abi(cdef, self.path)
         elif mode == "api":
-            header = self.path.with_name(f"{self.path.stem.removeprefix('lib')}.h")
-            if not header.exists():
-                raise FileNotFoundError(f"API mode needs the header {header} next to the library")
-            # The cuda backend's header includes cuda.h and nvrtc.h.
-            includes = [str(cuda_home() / "include")] if self.backend == "cuda" else []
-            self.ffi, self.lib = bind_api(cdef, self.path, header, includes)
+            self.ffi, self.lib = self._bind_api(cdef)
         else:
-            raise ValueError(f"mode must be 'abi' or 'api', got {mode!r}")
+            raise ValueError(f"mode must be 'auto', 'api' or 'abi', got {mode!r}")
         if self.backend == "cuda":
             ok, why = _gpu_present()
             if not ok:
@@ -109,6 +116,11 @@ class Library:
         for name, info in manifest.types.items():
             self.types[name] = ArrayKind(self, info) if isinstance(info, ArrayType) else OpaqueKind(self, info)
         self.entry_points = {name: EntryPoint(self, e) for name, e in manifest.entry_points.items()}
+        # Entry points as instance attributes: found by the ordinary lookup, not by __getattr__
+        # after a failed one (which costs more than the call itself). Library's own names win.
+        for name, ep in self.entry_points.items():
+            if not hasattr(type(self), name) and name not in self.__dict__:
+                self.__dict__[name] = ep
         self.key = f"{self.path}::{self.backend}"
         # The program's source, when it sits beside the library (pybridge build, make copies) —
         # pybridge.testing reads size names from its entry headers.
@@ -116,6 +128,15 @@ class Library:
         self.source_path: Path | None = src if src.exists() else None
         with _open_lock:
             _open_libraries[self.key] = self
+
+    def _bind_api(self, cdef: str) -> tuple[Any, Any]:
+        header = self.path.with_name(f"{self.path.stem.removeprefix('lib')}.h")
+        if not header.exists():
+            raise FileNotFoundError(f"API mode needs the header {header} next to the library")
+        # The cuda backend's header includes cuda.h and nvrtc.h.
+        includes = [str(cuda_home() / "include")] if self.backend == "cuda" else []
+        shim_cdef, shim_source = shims_for(self.manifest)
+        return bind_api(cdef, self.path, header, includes, shim_cdef, shim_source)
 
     def fn(self, name: str) -> Any:
         """The C function ``name``; a clear error if the library does not export it."""
@@ -181,13 +202,15 @@ class Library:
 def load(
     name_or_path: str | os.PathLike[str],
     backend: str | None = None,
-    mode: str = "abi",
+    mode: str = "auto",
     **config: Any,
 ) -> Library:
     """Load a Futhark library and create its context.
 
     ``name_or_path``: a program name (searched in the build directories), ``lib<prog>.so``,
     ``<prog>.json``, or a ``.fut`` source (compiled first with ``backend``, default c).
+    ``mode``: "auto" (API mode, compiled once and cached, where a C compiler and ``<prog>.h`` are
+    present; else ABI mode with a RuntimeWarning saying why), "api" or "abi".
     ``config``: see ``Config`` (debugging, logging, profiling, tuning, cache_file, num_threads,
     device, unified_memory, platform, nvrtc_options, default_*_size).
     """
@@ -207,6 +230,11 @@ def load(
     if backend and manifest.backend != backend:
         raise ValueError(f"{so.name} was compiled for the {manifest.backend} backend, not {backend}")
     return Library(so, manifest, mode, cfg)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:200]}"
 
 
 def library_for_key(key: str) -> Library:

@@ -44,7 +44,7 @@ class Value:
         self._free_fn = free_fn
         self._status: str | None = None  # None while live; else why it is unusable
         self._keep = keep  # an object that must outlive the value (new_raw's owner)
-        self._ctx.register(self, free_fn, ptr)
+        self._ctx._state.values[id(self)] = (free_fn, ptr)  # Context.register, inlined: every result
 
     @property
     def ptr(self) -> Any:
@@ -71,16 +71,21 @@ class Value:
         self._release("freed")
 
     def _release(self, status: str) -> None:
-        if self._status is not None:
-            return
-        self._status = status
-        if not self._ctx.closed:
-            self._ctx.unregister(self)
-            rc = self._free_fn(self._ctx.ptr, self._ptr)
+        state = self._ctx._state  # the context's shared state: its lock, open flag and registry
+        if not state.open:  # close() freed the C value; never wait for a lock at interpreter exit
+            self._status = self._status or status
             self._keep = None
-            if rc != 0:
-                raise self._ctx.error(rc, "free")
-        self._keep = None
+            return
+        with state.lock:  # a call passing this handle in another thread finishes first, or sees it gone
+            if self._status is not None:
+                return
+            self._status = status
+            self._keep = None
+            if state.open:
+                state.values.pop(id(self), None)
+                rc = self._free_fn(state.ctx, self._ptr)
+                if rc != 0:
+                    raise self._ctx.error(rc, "free")
 
     def _mark_consumed(self, by: str) -> None:
         # A consumed value may only be freed (docs/c-api.rst, "Entry points").
@@ -88,8 +93,8 @@ class Value:
 
     def __del__(self) -> None:
         try:
-            if self._status is None and not self._ctx.closed:
-                self._release("freed")
+            if self._status is None:
+                self._release("freed")  # touches no C once the context is closed
         except Exception:
             pass
 
@@ -106,9 +111,17 @@ class ArrayHandle(Value):
     __slots__ = ("atype", "_shape")
 
     def __init__(self, library: "Library", atype: "ArrayKind", ptr: Any, keep: Any = None):
+        # Value.__init__ spelled out: every array result is built here, and super() costs more
+        # than the C call it wraps (`pybridge bench overhead`).
         self.atype = atype
         self._shape: tuple[int, ...] | None = None
-        super().__init__(library, ptr, atype.free_fn, keep)
+        self.library = library
+        ctx = self._ctx = library.context
+        self._ptr = ptr
+        free_fn = self._free_fn = atype.free_fn
+        self._status = None
+        self._keep = keep
+        ctx._state.values[id(self)] = (free_fn, ptr)
 
     @property
     def type_name(self) -> str:
@@ -121,8 +134,9 @@ class ArrayHandle(Value):
     @property
     def shape(self) -> tuple[int, ...]:
         if self._shape is None:
-            p = self.atype.shape_fn(self._ctx.ptr, self.ptr)
-            self._shape = tuple(int(p[i]) for i in range(self.atype.rank))
+            with self._ctx.lock:
+                p = self.atype.shape_fn(self._ctx.ptr, self.ptr)
+                self._shape = tuple(int(p[i]) for i in range(self.atype.rank))
         return self._shape
 
     @property
@@ -142,13 +156,14 @@ class ArrayHandle(Value):
 
     def numpy(self) -> np.ndarray:
         """Copy the values into a new NumPy array (synchronises)."""
-        ptr = self.ptr  # raises for a freed/consumed handle, even when no copy is needed
-        out = np.empty(self.shape, dtype=self.dtype)
-        if out.size:
-            ctx = self._ctx
-            rc = self.atype.values_fn(ctx.ptr, ptr, self.atype.buffer(out))
-            ctx.check(rc, self.atype.info.ops["values"])
-            ctx.sync()
+        ctx = self._ctx
+        with ctx.lock:
+            ptr = self.ptr  # raises for a freed/consumed handle, even when no copy is needed
+            out = np.empty(self.shape, dtype=self.dtype)
+            if out.size:
+                rc = self.atype.values_fn(ctx.ptr, ptr, self.atype.buffer(out))
+                ctx.check(rc, self.atype.info.ops["values"])
+                ctx.sync()
         return out
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -170,9 +185,10 @@ class ArrayHandle(Value):
                 raise IndexError(f"index {k} is out of bounds for axis {i} with size {n}")
             norm.append(k + n if k < 0 else k)
         out = self.atype.ffi.new(f"{self.atype.prim.ctype} *")
-        rc = self.atype.index_fn(self._ctx.ptr, out, self.ptr, *norm)
-        self._ctx.check(rc, self.atype.info.ops["index"])
-        self._ctx.sync()
+        with self._ctx.lock:
+            rc = self.atype.index_fn(self._ctx.ptr, out, self.ptr, *norm)
+            self._ctx.check(rc, self.atype.info.ops["index"])
+            self._ctx.sync()
         return prim_from_c(self.atype.prim, out[0])
 
     def data_pointer(self) -> int:
@@ -180,7 +196,8 @@ class ArrayHandle(Value):
         fn = self.atype.values_raw_fn
         if fn is None:
             raise TypeError(f"{self.type_name}: the library has no values_raw operation")
-        raw = fn(self._ctx.ptr, self.ptr)
+        with self._ctx.lock:
+            raw = fn(self._ctx.ptr, self.ptr)
         return int(raw) if isinstance(raw, int) else int(self.atype.ffi.cast("uintptr_t", raw))
 
     @property
@@ -237,9 +254,10 @@ class OpaqueHandle(Value):
         for f in fields or ():
             if f.name == name:
                 out = self.library.codec.out_cell(f.type)
-                rc = self.library.fn(f.project)(self._ctx.ptr, out, self.ptr)
-                self._ctx.check(rc, f.project)
-                return self.library.codec.from_cell(f.type, out)
+                with self._ctx.lock:
+                    rc = self.library.fn(f.project)(self._ctx.ptr, out, self.ptr)
+                    self._ctx.check(rc, f.project)
+                    return self.library.codec.from_cell(f.type, out)
         raise AttributeError(f"{self.type_name} has no field {name!r}; fields: {list(self.field_names)}")
 
     def __getattr__(self, name: str) -> Any:
@@ -292,17 +310,19 @@ class OpaqueHandle(Value):
                 raise IndexError(f"index {k} is out of bounds for axis {ax} with size {n}")
             norm.append(k + n if k < 0 else k)
         out = self.library.codec.out_cell(arr.elemtype)
-        rc = self.library.fn(arr.index)(self._ctx.ptr, out, self.ptr, *norm)
-        self._ctx.check(rc, arr.index)
-        return self.library.codec.from_cell(arr.elemtype, out)
+        with self._ctx.lock:
+            rc = self.library.fn(arr.index)(self._ctx.ptr, out, self.ptr, *norm)
+            self._ctx.check(rc, arr.index)
+            return self.library.codec.from_cell(arr.elemtype, out)
 
     @property
     def shape(self) -> tuple[int, ...]:
         arr = self.otype.info.record_array or self.otype.info.opaque_array
         if arr is None or arr.shape is None:
             raise AttributeError(f"{self.type_name} is not an array")
-        p = self.library.fn(arr.shape)(self._ctx.ptr, self.ptr)
-        return tuple(int(p[k]) for k in range(arr.rank))
+        with self._ctx.lock:
+            p = self.library.fn(arr.shape)(self._ctx.ptr, self.ptr)
+            return tuple(int(p[k]) for k in range(arr.rank))
 
     # sums
     @property
@@ -310,7 +330,8 @@ class OpaqueHandle(Value):
         s = self.otype.info.sum
         if s is None:
             raise AttributeError(f"{self.type_name} is not a sum type")
-        k = self.library.fn(s.variant)(self._ctx.ptr, self.ptr)
+        with self._ctx.lock:
+            k = self.library.fn(s.variant)(self._ctx.ptr, self.ptr)
         return s.variants[k].name
 
     @property
@@ -320,9 +341,10 @@ class OpaqueHandle(Value):
             raise AttributeError(f"{self.type_name} is not a sum type")
         v = next(v for v in s.variants if v.name == self.variant)
         cells = [self.library.codec.out_cell(t) for t in v.payload]
-        rc = self.library.fn(v.destruct)(self._ctx.ptr, *cells, self.ptr)
-        self._ctx.check(rc, v.destruct)
-        return tuple(self.library.codec.from_cell(t, c) for t, c in zip(v.payload, cells))
+        with self._ctx.lock:
+            rc = self.library.fn(v.destruct)(self._ctx.ptr, *cells, self.ptr)
+            self._ctx.check(rc, v.destruct)
+            return tuple(self.library.codec.from_cell(t, c) for t, c in zip(v.payload, cells))
 
     # serialisation
     def store(self) -> bytes:
@@ -330,9 +352,10 @@ class OpaqueHandle(Value):
         ffi = self.library.ffi
         p = ffi.new("void **")
         n = ffi.new("size_t *")
-        rc = self.library.fn(self.otype.info.ops["store"])(self._ctx.ptr, self.ptr, p, n)
-        self._ctx.check(rc, self.otype.info.ops["store"])
-        self._ctx.sync()
+        with self._ctx.lock:
+            rc = self.library.fn(self.otype.info.ops["store"])(self._ctx.ptr, self.ptr, p, n)
+            self._ctx.check(rc, self.otype.info.ops["store"])
+            self._ctx.sync()
         try:
             return bytes(ffi.buffer(p[0], n[0]))
         finally:
@@ -442,11 +465,12 @@ class ArrayKind:
     def _new_from(self, arr: np.ndarray) -> ArrayHandle:
         lib = self.library
         ctx = lib.context
-        ptr = self.new_fn(ctx.ptr, self.buffer(arr), *arr.shape)
-        if ptr == self.ffi.NULL:
-            raise ctx.error(None, self.info.ops["new"])
-        ctx.keep_until_sync(arr)  # the copy may still be reading arr
-        return ArrayHandle(lib, self, ptr)
+        with ctx.lock:
+            ptr = self.new_fn(ctx.ptr, self.buffer(arr), *arr.shape)
+            if ptr == self.ffi.NULL:
+                raise ctx.error(None, self.info.ops["new"])
+            ctx.keep_until_sync(arr)  # the copy may still be reading arr
+            return ArrayHandle(lib, self, ptr)
 
     def new_raw(self, pointer: int, shape: Sequence[int], owner: Any = None) -> ArrayHandle:
         """Wrap existing storage (a device pointer on cuda) without copying. Futhark never frees
@@ -458,10 +482,11 @@ class ArrayKind:
             raise ValueError(f"new_raw: shape must be {self.rank} non-negative ints, got {shape}")
         raw_type = self.library.raw_ctype
         raw = pointer if raw_type == "CUdeviceptr" else self.ffi.cast(raw_type, pointer)
-        ptr = self.new_raw_fn(self.library.context.ptr, raw, *shape)
-        if ptr == self.ffi.NULL:
-            raise self.library.context.error(None, self.info.ops["new_raw"])
-        return ArrayHandle(self.library, self, ptr, keep=owner)
+        with self.library.context.lock:
+            ptr = self.new_raw_fn(self.library.context.ptr, raw, *shape)
+            if ptr == self.ffi.NULL:
+                raise self.library.context.error(None, self.info.ops["new_raw"])
+            return ArrayHandle(self.library, self, ptr, keep=owner)
 
     def from_cuda(self, obj: Any) -> ArrayHandle:
         """Zero-copy view of a CUDA array (anything with ``__cuda_array_interface__``)."""
@@ -504,9 +529,16 @@ class OpaqueKind:
             return "tuple" if all(f.name.isdigit() for f in i.record.fields) else "record"
         return "opaque"
 
-    def _wrap(self, cell: Any, fn_name: str, rc: int) -> OpaqueHandle:
-        self.library.context.check(rc, fn_name)
-        return OpaqueHandle(self.library, self, cell[0])
+    def _call_new(self, fn_name: str, cell: Any, c_args: Sequence[Any], handles: Sequence[Any]) -> OpaqueHandle:
+        """Call a constructor (record new, zip, sum construct) under the context lock, with the
+        handles given as fields checked live there (another thread may have freed them)."""
+        ctx = self.library.context
+        with ctx.lock:
+            for h in handles:
+                h.ptr  # raises InvalidHandleError for a handle freed since its conversion
+            rc = self.library.fn(fn_name)(ctx.ptr, cell, *c_args)
+            ctx.check(rc, fn_name)
+            return OpaqueHandle(self.library, self, cell[0])
 
     def _field_args(self, fields: Sequence[Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
         names = [f.name for f in fields]
@@ -536,8 +568,7 @@ class OpaqueKind:
                 codec.to_c(f.type, v, f"{self.name}.{f.name}", scope) for f, v in zip(rec.fields, values)
             ]
             cell = self.library.ffi.new(f"{struct_name(self.info.ctype)} **")
-            rc = self.library.fn(rec.new)(self.library.context.ptr, cell, *c_args)
-            return self._wrap(cell, rec.new, rc)
+            return self._call_new(rec.new, cell, c_args, [v for v in values if isinstance(v, Value)])
 
     def zip(self, *args: Any, **kwargs: Any) -> OpaqueHandle:
         """Build an array of records from one array per field (no copy in Futhark)."""
@@ -549,8 +580,7 @@ class OpaqueKind:
         with codec.call_scope() as scope:
             c_args = [codec.to_c(f.type, v, f"{self.name}.{f.name}", scope) for f, v in zip(ra.fields, values)]
             cell = self.library.ffi.new(f"{struct_name(self.info.ctype)} **")
-            rc = self.library.fn(ra.zip)(self.library.context.ptr, cell, *c_args)
-            return self._wrap(cell, ra.zip, rc)
+            return self._call_new(ra.zip, cell, c_args, [v for v in values if isinstance(v, Value)])
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -571,8 +601,7 @@ class OpaqueKind:
         with codec.call_scope() as scope:
             c_args = [codec.to_c(t, x, f"{self.name}.{variant}[{i}]", scope) for i, (t, x) in enumerate(zip(v.payload, payload))]
             cell = self.library.ffi.new(f"{struct_name(self.info.ctype)} **")
-            rc = self.library.fn(v.construct)(self.library.context.ptr, cell, *c_args)
-            return self._wrap(cell, v.construct, rc)
+            return self._call_new(v.construct, cell, c_args, [x for x in payload if isinstance(x, Value)])
 
     def restore(self, data: bytes) -> OpaqueHandle:
         """Rebuild a value from ``OpaqueHandle.store()`` bytes."""
@@ -580,11 +609,12 @@ class OpaqueKind:
             raise TypeError(f"{self.name}.restore: expected bytes, got {type(data).__name__}")
         lib = self.library
         buf = lib.ffi.from_buffer(bytes(data))
-        ptr = lib.fn(self.info.ops["restore"])(lib.context.ptr, buf)
-        if ptr == lib.ffi.NULL:
-            raise lib.context.error(None, self.info.ops["restore"])
-        lib.context.sync()  # restore is asynchronous and reads buf
-        return OpaqueHandle(lib, self, ptr)
+        with lib.context.lock:
+            ptr = lib.fn(self.info.ops["restore"])(lib.context.ptr, buf)
+            if ptr == lib.ffi.NULL:
+                raise lib.context.error(None, self.info.ops["restore"])
+            lib.context.sync()  # restore is asynchronous and reads buf
+            return OpaqueHandle(lib, self, ptr)
 
     def __repr__(self) -> str:
         return f"<OpaqueType {self.name} ({self.kind})>"

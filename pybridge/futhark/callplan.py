@@ -1,0 +1,134 @@
+"""A per-entry-point call plan: the common call, compiled once per entry point into one Python function.
+
+The plan covers calls whose arguments are positional and already in their final form: Python ints
+for integer parameters, floats for f64, bools for bool, and handles of the parameter's own type
+and library. Anything else (keywords, NumPy arrays, lists, records as dicts, NumPy scalars, f16/f32
+values) goes to ``EntryPoint._call_general``, which converts and checks it by the documented rules.
+No check is dropped, each one moves:
+
+- integer range: cffi checks it in the C call and raises OverflowError before anything runs; the
+  plan then re-runs the parameter's converter for the error that names the parameter;
+- handle validity (not freed, not consumed, context open): tested under the context lock, right
+  before the C call, so a free() or consume in another thread cannot slip in between;
+- a handle in a consuming position passed twice: identity test in the plan, then the general path
+  raises its error;
+- Futhark's error: read under the same lock as the call (in C by the shim in API mode).
+
+Scalar results are read from one preallocated buffer per entry point and handle results from one
+preallocated cell, under the lock, so a call allocates no C memory for them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from .errors import InvalidHandleError
+from .shims import shim_name
+from .types import PRIMITIVES
+from .values import ArrayHandle, ArrayKind, OpaqueHandle
+
+if TYPE_CHECKING:
+    from .entry import EntryPoint
+
+# The Python type an argument may have to skip its converter (cffi accepts it and checks the range).
+_EXACT = {"i8": int, "i16": int, "i32": int, "i64": int, "u8": int, "u16": int, "u32": int, "u64": int,
+          "f64": float, "bool": bool}
+
+
+def compile_plan(ep: "EntryPoint") -> Callable[..., Any]:
+    """The fast ``__call__`` of ``ep`` (a function of ``self, *args, **kwargs``)."""
+    lib, info = ep.library, ep.entry
+    ffi, state = lib.ffi, lib.context._state
+    api = lib.mode == "api"
+    sync = any(o.type in PRIMITIVES for o in info.outputs)  # scalar results: the C API asks for a sync
+    env: dict[str, Any] = {
+        "state": state, "acquire": state.lock.acquire, "release": state.lock.release, "lib": lib,
+        "closed": lambda: InvalidHandleError("the Futhark context is closed"),
+        "ArrayHandle": ArrayHandle, "OpaqueHandle": OpaqueHandle,
+    }
+    n = len(info.inputs)
+    args = [f"a{i}" for i in range(n)]
+    pre: list[str] = []  # before the lock: type tests and conversions (fallback to the general path)
+    live: list[str] = []  # under the lock: handle validity
+    c_args: list[str] = []
+    handles: list[int] = []
+    for i, p in enumerate(info.inputs):
+        prim = PRIMITIVES.get(p.type)
+        if prim is not None:
+            exact = _EXACT.get(prim.name)
+            env[f"conv{i}"] = ep._convs[i]
+            if exact is None:
+                pre.append(f"a{i} = conv{i}(a{i})")
+            else:
+                env[f"T{i}"] = exact
+                pre.append(f"if type(a{i}) is not T{i}: a{i} = conv{i}(a{i})")
+            c_args.append(f"a{i}")
+            continue
+        kind = lib.types[p.type]
+        env[f"K{i}"] = kind
+        htype, kattr = ("ArrayHandle", "atype") if isinstance(kind, ArrayKind) else ("OpaqueHandle", "otype")
+        pre.append(f"if type(a{i}) is not {htype} or a{i}.{kattr} is not K{i}: return self._call_general(args)")
+        live.append(f"if a{i}._status is not None: a{i}.ptr  # raises InvalidHandleError")
+        c_args.append(f"a{i}._ptr")
+        handles.append(i)
+    consumed = [i for i in handles if info.inputs[i].unique]
+    for i in consumed:  # the same handle twice where one is consumed: the general path's error
+        for j in handles:
+            if j != i:
+                pre.append(f"if a{i} is a{j}: return self._call_general(args)")
+    outs: list[str] = []
+    results: list[str] = []
+    for k, o in enumerate(info.outputs):
+        prim = PRIMITIVES.get(o.type)
+        if prim is not None:
+            buf = np.zeros(1, dtype=prim.dtype)
+            env[f"buf{k}"] = buf
+            env[f"out{k}"] = ffi.from_buffer(f"{prim.ctype}[]", buf)  # f16: its bits, read as float16
+            results.append(f"buf{k}[0]")
+        else:
+            kind = lib.types[o.type]
+            env[f"out{k}"] = lib.codec.out_cell(o.type)
+            env[f"RK{k}"] = kind
+            htype = "ArrayHandle" if isinstance(kind, ArrayKind) else "OpaqueHandle"
+            results.append(f"{htype}(lib, RK{k}, out{k}[0])")
+        outs.append(f"out{k}")
+    consume = [f"a{i}._mark_consumed({f'entry point {ep.name!r} (parameter {info.inputs[i].name!r})'!r})"
+               for i in consumed]
+    if api:
+        env["shim"] = getattr(lib.lib, shim_name(info.cfun))
+        env["err"] = ffi.new("char **")
+        call = [f"rc = shim(state.ctx, {int(sync)}, err, {', '.join(outs + c_args)})", *consume,
+                f"if rc: raise lib.context.error_from(rc, err[0], {info.cfun!r})"]
+    else:
+        env["fn"] = ep._fn
+        env["sync"] = lib.lib.futhark_context_sync
+        call = [f"rc = fn(state.ctx, {', '.join(outs + c_args)})", *consume,
+                f"if rc: raise lib.context.error(rc, {info.cfun!r})"]
+        if sync:
+            call += ["rc = sync(state.ctx)", "if rc: raise lib.context.error(rc, 'futhark_context_sync')"]
+    ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ",)"
+    unpack = f"{', '.join(args)}, = args" if n else "pass"
+    lines = [
+        "def __call__(self, *args, **kwargs):",
+        f"    if kwargs or len(args) != {n}: return self._call_general(self._bind(args, kwargs))",
+        f"    {unpack}",
+        *(f"    {line}" for line in pre),
+        "    acquire()",
+        "    try:",
+        "        if not state.open: raise closed()",
+        *(f"        {line}" for line in live),
+        *(f"        {line}" for line in call),
+        f"        return {ret}",
+        "    except OverflowError:",  # only cffi's argument conversion raises it: name the parameter
+        "        self._convert_scalars(args)",
+        "        raise",
+        "    finally:",
+        "        release()",
+    ]
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<pybridge call plan for {info.name}>", "exec"), env)
+    fn = env["__call__"]
+    fn.plan_source = source  # for reading and debugging: print(type(ep).__call__.plan_source)
+    return fn

@@ -1,0 +1,117 @@
+"""The Futhark call path (issue 13): API mode by default with a one-line reason when it falls back,
+and the compiled call plan keeps every check of the general path, in both modes."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pybridge.futhark as pf
+from pybridge.futhark import InvalidHandleError, ProgramError
+from pybridge.paths import find_build_file
+
+pytestmark = pytest.mark.futhark
+
+
+@pytest.fixture(scope="module")
+def probe_so() -> Path:
+    p = find_build_file("reference/c/libprobe.so")
+    if p is None:
+        pytest.skip("reference/c/libprobe.so not built: run `make futhark` (needs the Futhark compiler)")
+    return p
+
+
+@pytest.fixture(scope="module", params=["api", "abi"])
+def lib(request, probe_so: Path):
+    with pf.load(probe_so, mode=request.param) as lib:
+        assert lib.mode == request.param
+        yield lib
+
+
+def test_api_mode_is_the_default(probe_so: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning where the header and a compiler exist
+        with pf.load(probe_so) as lib:
+            assert lib.mode == "api" and lib.mode_note == ""
+            assert lib.trivial(41) == 42
+
+
+def test_falls_back_to_abi_with_the_reason(probe_so: Path, tmp_path: Path) -> None:
+    for name in ("libprobe.so", "probe.json"):  # no probe.h: API mode cannot be built
+        shutil.copy(probe_so.with_name(name), tmp_path / name)
+    with pytest.warns(RuntimeWarning, match=r"ABI mode .*probe\.h") as record:
+        lib = pf.load(tmp_path / "libprobe.so")
+    with lib:
+        assert len(record) == 1 and "\n" not in str(record[0].message)
+        assert lib.mode == "abi" and "probe.h" in lib.mode_note
+        assert lib.trivial(1) == 2
+
+
+def test_results_and_types(lib) -> None:
+    r = lib.trivial(1)
+    assert r == 2 and type(r) is np.int32
+    assert lib.trivial(np.int64(5)) == 6  # NumPy integers take the converter, same rule
+    assert lib.trivial(x=7) == 8  # keywords take the general path
+    x, y, z = lib.pair(1.5, True, np.float16(0.25))
+    assert (type(x), type(y), type(z)) == (np.float32, np.bool_, np.float16)
+    assert (x, y, z) == (np.float32(3.0), np.False_, np.float16(0.5))
+    xs = lib.types["[]f32"].new(np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(lib.saxpy(2, xs, xs).numpy(), 3 * np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(lib.saxpy(2.0, np.ones(2, np.float32), [1.0, 2.0]).numpy(), [3.0, 4.0])
+
+
+@pytest.mark.parametrize(
+    "value, error, match",
+    [
+        (2**31, OverflowError, r"trivial: parameter 'x': 2147483648 does not fit in i32"),
+        (-(2**31) - 1, OverflowError, r"parameter 'x'.*does not fit in i32"),
+        (True, TypeError, r"parameter 'x': expected an integer for i32, got bool"),
+        (1.0, TypeError, r"parameter 'x': expected an integer for i32, got float"),
+        ("1", TypeError, r"parameter 'x'"),
+    ],
+)
+def test_scalar_checks_stay(lib, value, error, match) -> None:
+    with pytest.raises(error, match=match):
+        lib.trivial(value)
+
+
+def test_handle_checks_stay(lib, probe_so: Path) -> None:
+    f32 = lib.types["[]f32"]
+    xs = f32.new(np.arange(4, dtype=np.float32))
+    with pf.load(probe_so, mode="abi") as other:
+        foreign = other.types["[]f32"].new(np.arange(4, dtype=np.float32))
+        with pytest.raises(TypeError, match="another Futhark library"):
+            lib.saxpy(1.0, foreign, xs)
+    with pytest.raises(TypeError, match=r"parameter 'xs'"):
+        lib.saxpy(1.0, np.arange(4, dtype=np.float64), xs)  # wrong dtype: named, not reinterpreted
+    gone = f32.new(np.arange(4, dtype=np.float32))
+    gone.free()
+    with pytest.raises(InvalidHandleError, match="was freed"):
+        lib.saxpy(1.0, xs, gone)
+    with pytest.raises(InvalidHandleError, match="was freed"):
+        lib.bump(gone)
+    bumped = lib.bump(xs)
+    assert not xs.valid
+    with pytest.raises(InvalidHandleError, match="consumed by entry point 'bump'"):
+        lib.bump(xs)
+    np.testing.assert_array_equal(bumped.numpy(), [1, 1, 2, 3])
+
+
+def test_program_error_then_usable(lib) -> None:
+    xs = lib.types["[]f32"].new(np.arange(4, dtype=np.float32))
+    with pytest.raises(ProgramError, match=r"Index \[9\] out of bounds"):
+        lib.index_at(xs, 9)
+    assert lib.index_at(xs, 3) == np.float32(3)
+
+
+def test_closed_context(probe_so: Path) -> None:
+    lib = pf.load(probe_so)
+    xs = lib.types["[]f32"].new(np.arange(4, dtype=np.float32))
+    lib.close()
+    for call in (lambda: lib.trivial(1), lambda: lib.saxpy(1.0, xs, xs), lambda: lib.bump(xs), xs.numpy):
+        with pytest.raises(InvalidHandleError):
+            call()
