@@ -22,6 +22,7 @@ import numpy as np
 from .cdef import struct_name
 from .errors import InvalidHandleError
 from .manifest import ArrayType, OpaqueType
+from .names import name_lookup, python_names, resolve_keys
 from .types import PRIMITIVES, Primitive, scalar_to_numpy
 
 if TYPE_CHECKING:
@@ -232,23 +233,29 @@ class OpaqueHandle(Value):
         return tuple(f.name for f in fields) if fields else ()
 
     def field(self, name: str) -> Any:
-        """Project one field (a record field, a tuple component, or a record array's column)."""
-        fields = self.otype.fields
-        for f in fields or ():
-            if f.name == name:
-                out = self.library.codec.out_cell(f.type)
-                rc = self.library.fn(f.project)(self._ctx.ptr, out, self.ptr)
-                self._ctx.check(rc, f.project)
-                return self.library.codec.from_cell(f.type, out)
-        raise AttributeError(f"{self.type_name} has no field {name!r}; fields: {list(self.field_names)}")
+        """Project one field (a record field, a tuple component, or a record array's column), by its
+        exact Futhark name (``"in"``, ``"0"``, ``"x'"``) or its Python spelling (``in_``, ``_0``, ``x_1``).
+        Fields named like a handle attribute (``free``, ``store``, ``shape``, ``valid``...) are reached
+        only this way or as ``handle["free"]``."""
+        i = self.otype.field_lookup.get(name)
+        if i is None:
+            raise AttributeError(f"{self.type_name} has no field {name!r}; fields: {list(self.field_names)}")
+        f = self.otype.fields[i]  # type: ignore[index]
+        out = self.library.codec.out_cell(f.type)
+        rc = self.library.fn(f.project)(self._ctx.ptr, out, self.ptr)
+        self._ctx.check(rc, f.project)
+        return self.library.codec.from_cell(f.type, out)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
+        # Only reached when no attribute of that name exists; dunders are never fields.
+        if name.startswith("__") or name == "otype":
             raise AttributeError(name)
+        if name not in self.otype.field_lookup:
+            raise AttributeError(f"{type(self).__name__} of {self.type_name} has no attribute or field {name!r}")
         return self.field(name)
 
     def __dir__(self) -> list[str]:
-        return list(super().__dir__()) + list(self.field_names)
+        return list(super().__dir__()) + list(self.otype.python_fields)
 
     def to_dict(self) -> dict[str, Any]:
         return {n: self.field(n) for n in self.field_names}
@@ -271,7 +278,14 @@ class OpaqueHandle(Value):
         for i in range(len(self)):
             yield self[i]
 
-    def __getitem__(self, i: int | tuple[int, ...]) -> Any:
+    def __getitem__(self, i: int | str | tuple[int, ...]) -> Any:
+        """A tuple component (``h[0]``), a field by name (``h["in"]``), or an element of an array of
+        records (``h[3]``)."""
+        if isinstance(i, str):
+            try:
+                return self.field(i)
+            except AttributeError as e:
+                raise KeyError(str(e)) from None
         info = self.otype.info
         if self.is_tuple and isinstance(i, (int, np.integer)):
             n = len(self.field_names)
@@ -490,6 +504,9 @@ class OpaqueKind:
         self.library, self.info, self.name = library, info, info.name
         self.free_fn = library.fn(info.ops["free"])
         self.fields = info.record.fields if info.record else (info.record_array.fields if info.record_array else None)
+        names = [f.name for f in self.fields or ()]
+        self.python_fields = python_names(names)  # attribute spellings (names.python_names)
+        self.field_lookup = name_lookup(names)  # either spelling -> position
 
     @property
     def kind(self) -> str:
@@ -512,7 +529,8 @@ class OpaqueKind:
         names = [f.name for f in fields]
         if args and kwargs:
             raise TypeError(f"{self.name}: give fields either by position or by name")
-        if kwargs:
+        if kwargs:  # exact Futhark names or Python spellings
+            kwargs = resolve_keys(kwargs, self.field_lookup, names, self.name)
             missing = [n for n in names if n not in kwargs]
             extra = [k for k in kwargs if k not in names]
             if missing or extra:
