@@ -279,7 +279,7 @@ class OpaqueHandle(Value):
             yield self[i]
 
     def __getitem__(self, i: int | str | tuple[int, ...]) -> Any:
-        """A tuple component (``h[0]``), a field by name (``h["in"]``), or an element of an array of
+        """A tuple component (``h[0]``), a field by name (``h["as"]``), or an element of an array of
         records (``h[3]``)."""
         if isinstance(i, str):
             try:
