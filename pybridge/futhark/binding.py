@@ -7,7 +7,9 @@ every load):
 - ``api``: a compiled CPython extension calling the library's functions directly (needs a C compiler
   and the header ``<prog>.h`` next to the library). Lower per-call overhead; see
   `pybridge bench overhead` for the measured difference.
-Generated modules are cached by a hash of (mode, declarations, library path, cffi version).
+Generated modules are cached by a hash of (mode, declarations, library path, cffi version), and
+written under a temporary name then renamed into place, so processes generating the same module at
+once never import a half-written one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import contextlib
 import hashlib
 import io
 import importlib.util
+import os
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,8 +63,15 @@ def bind_abi(cdef: str, library: Path) -> tuple[Any, Any]:
                 builder.cdef(cdef)
                 builder.set_source(name, None)
                 out.mkdir(parents=True, exist_ok=True)
-                with contextlib.redirect_stdout(io.StringIO()):  # cffi prints 'generating ...'
-                    builder.emit_python_code(str(py))
+                fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}", suffix=".py.tmp")
+                os.close(fd)
+                try:
+                    with contextlib.redirect_stdout(io.StringIO()):  # cffi prints 'generating ...'
+                        builder.emit_python_code(tmp)
+                    os.replace(tmp, py)
+                finally:
+                    if os.path.exists(tmp):
+                        os.remove(tmp)
             module = _import_from(py, name)
     ffi = module.ffi
     try:
@@ -92,6 +104,12 @@ def bind_api(cdef: str, library: Path, header: Path, include_dirs: Sequence[str]
                     extra_link_args=[f"-Wl,-rpath,{libdir}"],
                 )
                 out.mkdir(parents=True, exist_ok=True)
-                found = [Path(builder.compile(tmpdir=str(out), verbose=False))]
+                tmp = tempfile.mkdtemp(dir=out, prefix=f".{name}.tmp")
+                try:
+                    built = Path(builder.compile(tmpdir=tmp, verbose=False))
+                    os.replace(built, out / built.name)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                found = [out / built.name]
             module = _import_from(found[0], name)
     return module.ffi, module.lib
