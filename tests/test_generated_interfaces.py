@@ -8,7 +8,7 @@ included) must come back bit for bit, through positional calls, keyword calls (P
 exact Futhark names), record dicts in either spelling, and result handles passed back in.
 
 Profiles (environment):
-    PYBRIDGE_GEN_PROFILE=ci|full       ci (default): about a minute per backend; full: >= 500 entry
+    PYBRIDGE_GEN_PROFILE=ci|full       ci (default): 90 entry points per backend, about a minute; full: >= 500 entry
                                         points per backend
     PYBRIDGE_GEN_BACKENDS=c,multicore  comma-separated; cuda/opencl/hip are marked gpu
     PYBRIDGE_GEN_SEED=<int>            reproduce a run (each run prints its seed)
@@ -48,7 +48,7 @@ class Profile:
     rounds: int  # hypothesis examples (value draws) per entry point
 
 
-PROFILES = {"ci": Profile(programs=1, entries=45, rounds=4), "full": Profile(programs=10, entries=55, rounds=6)}
+PROFILES = {"ci": Profile(programs=2, entries=45, rounds=4), "full": Profile(programs=10, entries=55, rounds=6)}
 PROFILE_NAME = os.environ.get("PYBRIDGE_GEN_PROFILE", "ci")
 PROFILE = PROFILES[PROFILE_NAME]
 BACKENDS = [b.strip() for b in os.environ.get("PYBRIDGE_GEN_BACKENDS", "c,multicore").split(",") if b.strip()]
