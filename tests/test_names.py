@@ -153,3 +153,16 @@ def test_entry_points_named_like_library_attributes(lib):
     assert {"f_1_", "f_1", "wildcards"} <= set(dir(lib))
     with pytest.raises(KeyError, match="no entry point .{1,3}nope"):
         lib["nope"]
+
+
+def test_a_record_with_one_numeric_field_is_not_a_tuple(lib):
+    h = lib.one_field(4)
+    assert lib.types["{0:i32}"].kind == "record" and not h.is_tuple
+    assert pf.to_numpy(h) == {"0": 4} and h._0 == 4 and h["0"] == 4
+    with pytest.raises(TypeError, match="no length"):
+        len(h)
+
+
+def test_to_numpy_reads_arrays_of_sums(lib):
+    got = pf.to_numpy(lib.shapes(np.array([0, 1, 2], np.int32)))
+    assert got == [("as", (0,)), ("lambda", (1.5,)), ("None", ())]

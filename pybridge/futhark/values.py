@@ -262,10 +262,8 @@ class OpaqueHandle(Value):
 
     @property
     def is_tuple(self) -> bool:
-        names = self.field_names
-        return bool(names) and self.otype.info.record is not None and names == tuple(
-            str(i) for i in range(len(names))
-        )
+        """Fields exactly 0..n-1 with n >= 2: Futhark's tuples (``{0: i32}`` is a record, not a 1-tuple)."""
+        return self.otype.info.record is not None and self.otype.kind == "tuple"
 
     def __len__(self) -> int:
         if self.otype.info.record_array or self.otype.info.opaque_array:
@@ -518,7 +516,8 @@ class OpaqueKind:
         if i.opaque_array:
             return "opaque_array"
         if i.record:
-            return "tuple" if all(f.name.isdigit() for f in i.record.fields) else "record"
+            names = [f.name for f in i.record.fields]
+            return "tuple" if len(names) >= 2 and sorted(names) == sorted(str(k) for k in range(len(names))) else "record"
         return "opaque"
 
     def _wrap(self, cell: Any, fn_name: str, rc: int) -> OpaqueHandle:
@@ -697,7 +696,8 @@ class Codec:
 
 def to_numpy(value: Any) -> Any:
     """Recursively turn results into plain NumPy/Python data: arrays -> ndarray, records -> dict,
-    tuples -> tuple, sums -> (variant, payload), arrays of records -> dict of column arrays."""
+    tuples -> tuple, sums -> (variant, payload), arrays of records -> dict of column arrays, other
+    opaque arrays (arrays of sums) -> nested lists of their elements."""
     if isinstance(value, ArrayHandle):
         return value.numpy()
     if isinstance(value, OpaqueHandle):
@@ -706,6 +706,12 @@ def to_numpy(value: Any) -> Any:
             return (value.variant, tuple(to_numpy(p) for p in value.payload))
         if info.record_array:
             return {n: to_numpy(value.field(n)) for n in value.field_names}
+        if info.opaque_array:  # e.g. an array of sums: nested lists of the elements
+            def elements(prefix: tuple[int, ...], shape: tuple[int, ...]) -> list[Any]:
+                if len(shape) == 1:
+                    return [to_numpy(value[prefix + (i,)]) for i in range(shape[0])]
+                return [elements(prefix + (i,), shape[1:]) for i in range(shape[0])]
+            return elements((), value.shape)
         if info.record:
             if value.is_tuple:
                 return tuple(to_numpy(value.field(n)) for n in value.field_names)

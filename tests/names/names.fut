@@ -29,3 +29,5 @@ entry types (x: i32) : i32 = x + 4
 entry manifest (x: i32) : i32 = x + 5
 entry f' (x: i32) : i32 = x + 6
 entry f_1 (x: i32) : i32 = x + 7
+entry one_field (x: i32) : {0: i32} = {0 = x}
+entry shapes (ks: []i32) : [](shape) = map (\k -> if k == 0 then #as k else if k == 1 then #lambda 1.5 else #None) ks
