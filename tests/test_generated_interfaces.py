@@ -12,6 +12,9 @@ Profiles (environment):
                                         points per backend
     PYBRIDGE_GEN_BACKENDS=c,multicore  comma-separated; cuda/opencl/hip are marked gpu
     PYBRIDGE_GEN_SEED=<int>            reproduce a run (each run prints its seed)
+    PYBRIDGE_GEN_PREBUILT=<dir>        use the entry points and the C that
+                                        `python tests/test_generated_interfaces.py emit <dir> <backend>`
+                                        wrote (for a machine with nvcc but no futhark: the H100)
 
 One known difference, asserted as such: an f32 *scalar* crosses cffi as a C double, so a signalling
 NaN comes back quiet (the quiet bit set, sign and payload kept); f32 arrays, f16 and f64 scalars are
@@ -21,13 +24,17 @@ exact.
 from __future__ import annotations
 
 import inspect
+import json
 import os
+import pickle
 import random
+import shutil
 import subprocess
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,7 +42,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, note, seed, settings, strategies as st
 
 import pybridge.futhark as pf
-from pybridge.futhark.build import build_program, futhark_compiler
+from pybridge.futhark.build import build_program, compile_library, futhark_compiler
 from pybridge.futhark.values import ArrayHandle, OpaqueHandle, Value
 
 import interface_gen as g
@@ -53,6 +60,7 @@ PROFILE_NAME = os.environ.get("PYBRIDGE_GEN_PROFILE", "ci")
 PROFILE = PROFILES[PROFILE_NAME]
 BACKENDS = [b.strip() for b in os.environ.get("PYBRIDGE_GEN_BACKENDS", "c,multicore").split(",") if b.strip()]
 SEED = int(os.environ.get("PYBRIDGE_GEN_SEED") or random.randrange(2**32))
+PREBUILT = os.environ.get("PYBRIDGE_GEN_PREBUILT")
 QUIET_F32 = np.uint32(0x00400000)
 
 
@@ -305,26 +313,58 @@ def check_entry(lib: pf.Library, e: g.Entry, draw: Any, counts: Counter) -> None
 # ---------------------------------------------------------------- the test
 
 
-@pytest.mark.skipif(futhark_compiler() is None, reason="the Futhark compiler is not installed (scripts/install-futhark.sh)")
+def emit(out: Path, backend: str) -> None:
+    """Draw the entry points and run futhark here; the C compiler runs where the test runs."""
+    out.mkdir(parents=True, exist_ok=True)
+    entries = collect_entries(PROFILE.programs * PROFILE.entries, SEED)
+    (out / "entries.pkl").write_bytes(pickle.dumps(((PROFILE.programs, PROFILE.entries, PROFILE.rounds), SEED, entries)))
+    compiler = futhark_compiler()
+    assert compiler, "the Futhark compiler is not installed (scripts/install-futhark.sh)"
+    for k in range(PROFILE.programs):
+        src = out / f"gen{k}.fut"
+        src.write_text(g.program(entries[k * PROFILE.entries:(k + 1) * PROFILE.entries]))
+        subprocess.run([compiler, backend, "--library", "-w", "-o", str(out / f"gen{k}"), str(src)], check=True)
+    print(f"{len(entries)} entry points in {PROFILE.programs} programs for {backend} (seed {SEED}) in {out}")
+
+
+def _needs_compiler() -> Any:
+    return pytest.mark.skipif(futhark_compiler() is None and not PREBUILT,
+                              reason="the Futhark compiler is not installed (scripts/install-futhark.sh)")
+
+
+@_needs_compiler()
 @pytest.mark.parametrize("backend", [_backend_param(b) for b in BACKENDS])
 def test_generated_interfaces_round_trip(backend, tmp_path, capsys):
     t0 = time.perf_counter()
-    entries = collect_entries(PROFILE.programs * PROFILE.entries, SEED)
+    if PREBUILT:
+        sizes, seed_, entries = pickle.loads((Path(PREBUILT) / "entries.pkl").read_bytes())
+        profile = Profile(*sizes)
+    else:
+        profile, seed_, entries = PROFILE, SEED, collect_entries(PROFILE.programs * PROFILE.entries, SEED)
     counts: Counter = Counter()
     compile_s = 0.0
-    for k in range(PROFILE.programs):
-        chunk = entries[k * PROFILE.entries:(k + 1) * PROFILE.entries]
+    for k in range(profile.programs):
+        chunk = entries[k * profile.entries:(k + 1) * profile.entries]
         src = tmp_path / f"gen{k}.fut"
         src.write_text(g.program(chunk))
         t = time.perf_counter()
-        so = build_program(src, backend=backend, out_dir=tmp_path / f"{backend}{k}")
+        if PREBUILT:
+            prebuilt = Path(PREBUILT) / f"gen{k}"
+            (tmp_path / f"{backend}{k}").mkdir()
+            so = tmp_path / f"{backend}{k}" / f"libgen{k}.so"
+            for ext in (".c", ".h", ".json"):
+                shutil.copy(prebuilt.with_suffix(ext), so.with_name(f"gen{k}{ext}"))
+            assert json.loads(so.with_name(f"gen{k}.json").read_text())["backend"] == backend, f"{prebuilt}.json is not for {backend}"
+            compile_library(so.with_name(f"gen{k}.c"), backend, so)
+        else:
+            so = build_program(src, backend=backend, out_dir=tmp_path / f"{backend}{k}")
         compile_s += time.perf_counter() - t
         with pf.load(so, backend=backend) as lib:
             for j, e in enumerate(chunk):
                 counts[e.kind] += 1
 
-                @seed(SEED + 1000 * k + j)
-                @settings(max_examples=PROFILE.rounds, database=None, deadline=None,
+                @seed(seed_ + 1000 * k + j)
+                @settings(max_examples=profile.rounds, database=None, deadline=None,
                           suppress_health_check=list(HealthCheck))
                 @given(st.data())
                 def check(data: st.DataObject) -> None:
@@ -334,16 +374,16 @@ def test_generated_interfaces_round_trip(backend, tmp_path, capsys):
                     check()
                 except Exception as exc:
                     raise AssertionError(
-                        f"PYBRIDGE_GEN_SEED={SEED} PYBRIDGE_GEN_PROFILE={PROFILE_NAME}: entry point {e.name!r} "
+                        f"PYBRIDGE_GEN_SEED={seed_} PYBRIDGE_GEN_PROFILE={PROFILE_NAME}: entry point {e.name!r} "
                         f"of {src} (backend {backend}) failed: {exc}"
                     ) from exc
     with capsys.disabled():
-        print(f"\n[generated interfaces] backend={backend} profile={PROFILE_NAME} seed={SEED}: "
-              f"{len(entries)} entry points in {PROFILE.programs} programs "
+        print(f"\n[generated interfaces] backend={backend} profile={PROFILE_NAME} seed={seed_}: "
+              f"{len(entries)} entry points in {profile.programs} programs "
               f"({counts['identity']} identity, {counts['projection']} projection, {counts['construction']} construction), "
               f"{counts['calls']} calls, {counts['consumed']} handles consumed, {counts['reused']} reused; "
               f"compile {compile_s:.0f} s, total {time.perf_counter() - t0:.0f} s")
-    assert len(entries) == PROFILE.programs * PROFILE.entries
+    assert len(entries) == profile.programs * profile.entries
 
 
 _HANG = """
@@ -370,3 +410,9 @@ def test_futhark_multicore_free_after_empty_nested_map(tmp_path):
     except subprocess.TimeoutExpired:
         out = None
     assert out is not None and out.stdout.strip() == "closed", "futhark_context_free did not return within 30 s"
+
+
+if __name__ == "__main__":  # python tests/test_generated_interfaces.py emit <dir> <backend>
+    if len(sys.argv) != 4 or sys.argv[1] != "emit":
+        sys.exit("usage: python tests/test_generated_interfaces.py emit <dir> <backend>")
+    emit(Path(sys.argv[2]), sys.argv[3])

@@ -99,10 +99,7 @@ def build_program(
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
         try:
             _run([compiler, backend, "--library", "-o", str(tmp / stem), str(src)], "futhark")
-            cflags, ldflags = _cuda_dirs() if backend == "cuda" else ([], [])
-            if backend == "cuda":
-                _cuda13_compat(tmp / f"{stem}.c", Path(cflags[0][2:]) / "cuda.h")
-            _run([cc, "-O3", "-fPIC", "-shared", *cflags, "-o", str(tmp / so.name), str(tmp / f"{stem}.c"), *ldflags, *LINK_FLAGS[backend]], "C compiler")
+            compile_library(tmp / f"{stem}.c", backend, tmp / so.name, cc)
             shutil.copy2(src, tmp / src.name)  # keep the source beside the library (Library.source_path)
             (tmp / _STAMP).write_text(digest)
             _publish(tmp, out, last=(so.name, _STAMP))
@@ -198,6 +195,17 @@ def _publish(tmp: Path, out: Path, last: tuple[str, ...]) -> None:
     names = sorted(p.name for p in tmp.iterdir() if p.name not in last) + [n for n in last if (tmp / n).exists()]
     for name in names:
         os.replace(tmp / name, out / name)
+
+
+def compile_library(c_file: str | os.PathLike[str], backend: str, so: str | os.PathLike[str], cc: str | None = None) -> Path:
+    """The C compiler step alone: ``<prog>.c`` that ``futhark <backend> --library`` wrote ->
+    ``lib<prog>.so`` (for C generated on another machine, e.g. where nvcc is but futhark is not)."""
+    cc = cc or os.environ.get("CC", "cc")
+    cflags, ldflags = _cuda_dirs() if backend == "cuda" else ([], [])
+    if backend == "cuda":
+        _cuda13_compat(Path(c_file), Path(cflags[0][2:]) / "cuda.h")
+    _run([cc, "-O3", "-fPIC", "-shared", *cflags, "-o", str(so), str(c_file), *ldflags, *LINK_FLAGS[backend]], "C compiler")
+    return Path(so)
 
 
 def _cuda13_compat(c_file: Path, cuda_h: Path) -> None:
