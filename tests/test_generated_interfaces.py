@@ -8,8 +8,8 @@ included) must come back bit for bit, through positional calls, keyword calls (P
 exact Futhark names), record dicts in either spelling, and result handles passed back in.
 
 Profiles (environment):
-    PYBRIDGE_GEN_PROFILE=ci|full       ci (default): 90 entry points per backend, about a minute; full: >= 500 entry
-                                        points per backend
+    PYBRIDGE_GEN_PROFILE=ci|full|cuda  ci (default): 90 entry points per backend, about a minute; full:
+                                        550 per backend; cuda: 220
     PYBRIDGE_GEN_BACKENDS=c,multicore  comma-separated; cuda/opencl/hip are marked gpu
     PYBRIDGE_GEN_SEED=<int>            reproduce a run (each run prints its seed)
     PYBRIDGE_GEN_PREBUILT=<dir>        use the entry points and the C that
@@ -55,7 +55,11 @@ class Profile:
     rounds: int  # hypothesis examples (value draws) per entry point
 
 
-PROFILES = {"ci": Profile(programs=2, entries=45, rounds=4), "full": Profile(programs=10, entries=55, rounds=6)}
+PROFILES = {
+    "ci": Profile(programs=2, entries=45, rounds=4),
+    "full": Profile(programs=10, entries=55, rounds=6),
+    "cuda": Profile(programs=4, entries=55, rounds=4),  # fits one 6-minute call on the H100
+}
 PROFILE_NAME = os.environ.get("PYBRIDGE_GEN_PROFILE", "ci")
 PROFILE = PROFILES[PROFILE_NAME]
 BACKENDS = [b.strip() for b in os.environ.get("PYBRIDGE_GEN_BACKENDS", "c,multicore").split(",") if b.strip()]
@@ -189,9 +193,10 @@ def assert_same(expected: Any, got: Any, where: str, scalar_f32_quiet: bool = Tr
 # ---------------------------------------------------------------- one entry point
 
 
-def _splits(t: g.Type) -> bool:
-    """A tuple result comes back as several results (Futhark 0.25 splits the top-level tuple)."""
-    return isinstance(t, g.Record) and t.reads_as_tuple
+def _splits(t: g.Type, unique: bool = False) -> bool:
+    """A tuple result comes back as several results: Futhark 0.25 splits a top-level tuple, unless
+    it is unique (``*(a, b)`` stays one opaque value)."""
+    return isinstance(t, g.Record) and t.reads_as_tuple and not unique
 
 
 def _field(value: Any, t: g.Record, name: str) -> Any:
@@ -203,7 +208,7 @@ def draw_call(e: g.Entry, draw: Any, backend: str) -> tuple[list[Any], tuple[Any
     if e.kind == "identity":
         args = [draw(g.value_of(p.type)) for p in e.params]
         kept = [(p, a) for p, a in zip(e.params, args) if not p.ignored]
-        if len(kept) == 1 and _splits(kept[0][0].type):
+        if len(kept) == 1 and _splits(kept[0][0].type, kept[0][0].unique):
             return args, tuple(kept[0][1])
         return args, tuple(a for _, a in kept)
     if e.kind == "projection":
