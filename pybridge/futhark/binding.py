@@ -7,7 +7,9 @@ every load):
 - ``api``: a compiled CPython extension calling the library's functions directly (needs a C compiler
   and the header ``<prog>.h`` next to the library), with pybridge's call shims (shims.py). Lower
   per-call overhead (`pybridge bench overhead`); the default where it can be built.
-Generated modules are cached by a hash of (mode, declarations, library path, cffi version).
+Generated modules are cached by a hash of (mode, declarations, library path, cffi version), and
+written under a temporary name then renamed into place, so processes generating the same module at
+once never import a half-written one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import hashlib
 import io
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -60,8 +63,15 @@ def bind_abi(cdef: str, library: Path) -> tuple[Any, Any]:
                 builder.cdef(cdef)
                 builder.set_source(name, None)
                 out.mkdir(parents=True, exist_ok=True)
-                with contextlib.redirect_stdout(io.StringIO()):  # cffi prints 'generating ...'
-                    builder.emit_python_code(str(py))
+                fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}", suffix=".py.tmp")
+                os.close(fd)
+                try:
+                    with contextlib.redirect_stdout(io.StringIO()):  # cffi prints 'generating ...'
+                        builder.emit_python_code(tmp)
+                    os.replace(tmp, py)
+                finally:
+                    if os.path.exists(tmp):
+                        os.remove(tmp)
             module = _import_from(py, name)
     ffi = module.ffi
     try:

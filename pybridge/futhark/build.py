@@ -5,15 +5,22 @@
 
 Runs ``futhark <backend> --library`` and the C compiler with the link flags each backend needs
 (cuda: -lcuda -lcudart -lnvrtc, as measured with Futhark 0.25.34). Outputs are cached by a hash of
-the source, backend and compiler, so an unchanged program is not rebuilt.
+the program and every file it imports (transitively), the backend and the compiler, so an unchanged
+program is not rebuilt and an edited module is. Builds are safe to run from many threads and
+processes at once: one builds (under a file lock) into a temporary folder, and the outputs are
+moved into place by atomic renames, so a reader never sees a half-written library.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
+import tempfile
+import threading
 from pathlib import Path
 
 from ..paths import cache_dir
@@ -80,22 +87,125 @@ def build_program(
         raise BuildError(f"the Futhark compiler was not found. {INSTALL_HINT}")
     cc = cc or os.environ.get("CC", "cc")
     stem = src.stem
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    digest = hashlib.sha256(src.read_bytes() + f"\0{backend}\0{version}".encode()).hexdigest()[:12]
+    digest = _digest(src, backend, compiler)
     out = Path(out_dir) if out_dir else cache_dir() / "programs" / backend / f"{stem}-{digest}"
-    out.mkdir(parents=True, exist_ok=True)
     so = out / f"lib{stem}.so"
-    stamp = out / ".source-hash"
-    if so.exists() and stamp.exists() and stamp.read_text() == digest:
+    if _is_built(out, so, digest):
         return so
-    _run([compiler, backend, "--library", "-o", str(out / stem), str(src)], "futhark")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _build_lock(out.parent / f".{out.name}.lock"):
+        if _is_built(out, so, digest):  # another thread or process built it while we waited
+            return so
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
+        try:
+            _run([compiler, backend, "--library", "-o", str(tmp / stem), str(src)], "futhark")
+            compile_library(tmp / f"{stem}.c", backend, tmp / so.name, cc)
+            shutil.copy2(src, tmp / src.name)  # keep the source beside the library (Library.source_path)
+            (tmp / _STAMP).write_text(digest)
+            _publish(tmp, out, last=(so.name, _STAMP))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return so
+
+
+_STAMP = ".source-hash"
+_IMPORT = re.compile(r'^\s*(?:open\s+|local\s+)*import\s+"([^"]+)"', re.MULTILINE)
+_thread_locks: dict[Path, threading.Lock] = {}
+_thread_locks_guard = threading.Lock()
+
+
+def source_files(src: str | os.PathLike[str]) -> list[Path]:
+    """``src`` and every file it imports, transitively, in first-seen order. Imports are relative to
+    the importing file (``import "x"`` -> x.fut; lib/ packages are imported the same way); the
+    compiler's own ``/prelude`` and imports that do not exist (futhark reports those) are left out."""
+    first = Path(src).resolve()
+    seen = {first: None}
+    todo = [first]
+    while todo:
+        f = todo.pop(0)
+        try:
+            text = f.read_text(errors="replace")
+        except OSError:
+            continue
+        text = re.sub(r"--[^\n]*", "", text)  # comments
+        for name in _IMPORT.findall(text):
+            if name.startswith("/"):
+                continue
+            dep = (f.parent / f"{name}.fut").resolve()
+            if dep not in seen and dep.is_file():
+                seen[dep] = None
+                todo.append(dep)
+    return list(seen)
+
+
+def _digest(src: Path, backend: str, compiler: str) -> str:
+    """The cache key: every source file (path relative to the program, and content), backend, compiler."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    h = hashlib.sha256(f"{backend}\0{version}\0".encode())
+    for f in source_files(src):
+        h.update(os.path.relpath(f, src.parent).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def _is_built(out: Path, so: Path, digest: str) -> bool:
+    try:
+        return so.is_file() and (out / _STAMP).read_text() == digest
+    except OSError:
+        return False
+
+
+class _build_lock:
+    """An exclusive lock per output folder, held across threads (a lock) and processes (flock)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        with _thread_locks_guard:
+            self.thread_lock = _thread_locks.setdefault(path, threading.Lock())
+
+    def __enter__(self) -> None:
+        self.thread_lock.acquire()
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(self.fd)
+                raise
+        except BaseException:
+            self.thread_lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            os.close(self.fd)  # closing the descriptor releases the flock
+        finally:
+            self.thread_lock.release()
+
+
+def _publish(tmp: Path, out: Path, last: tuple[str, ...]) -> None:
+    """Move a finished build into ``out``: the whole folder by one rename when ``out`` is new, else
+    file by file (each an atomic replace), ``last`` at the end, so the stamp appears only when all
+    the rest is in place. A library a process already loaded keeps its old file (the inode)."""
+    try:
+        os.rename(tmp, out)
+        return
+    except OSError:
+        pass  # out exists (an explicit out_dir, or a stale or broken earlier build)
+    out.mkdir(parents=True, exist_ok=True)
+    names = sorted(p.name for p in tmp.iterdir() if p.name not in last) + [n for n in last if (tmp / n).exists()]
+    for name in names:
+        os.replace(tmp / name, out / name)
+
+
+def compile_library(c_file: str | os.PathLike[str], backend: str, so: str | os.PathLike[str], cc: str | None = None) -> Path:
+    """The C compiler step alone: ``<prog>.c`` that ``futhark <backend> --library`` wrote ->
+    ``lib<prog>.so`` (for C generated on another machine, e.g. where nvcc is but futhark is not)."""
+    cc = cc or os.environ.get("CC", "cc")
     cflags, ldflags = _cuda_dirs() if backend == "cuda" else ([], [])
     if backend == "cuda":
-        _cuda13_compat(out / f"{stem}.c", Path(cflags[0][2:]) / "cuda.h")
-    _run([cc, "-O3", "-fPIC", "-shared", *cflags, "-o", str(so), str(out / f"{stem}.c"), *ldflags, *LINK_FLAGS[backend]], "C compiler")
-    shutil.copy2(src, out / src.name)  # keep the source beside the library (Library.source_path)
-    stamp.write_text(digest)
-    return so
+        _cuda13_compat(Path(c_file), Path(cflags[0][2:]) / "cuda.h")
+    _run([cc, "-O3", "-fPIC", "-shared", *cflags, "-o", str(so), str(c_file), *ldflags, *LINK_FLAGS[backend]], "C compiler")
+    return Path(so)
 
 
 def _cuda13_compat(c_file: Path, cuda_h: Path) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .manifest import EntryPoint as EntryInfo
 from .types import PRIMITIVES, scalar_converter
 from .callplan import compile_plan
+from .names import name_lookup, python_names, resolve_keys
 from .values import Value
 
 if TYPE_CHECKING:
@@ -45,9 +46,13 @@ class EntryPoint:
             scalar_converter(prim, f"{info.name}: parameter {p.name!r}") if prim is not None else None
             for p, prim in zip(info.inputs, self._prim_inputs)
         ]
+        # Python spellings of the parameter names (names.python_names: `as` -> `as_`, `arr'` -> `arr_1`,
+        # `_` -> `_<position>`); keyword calls also take the exact Futhark name where it is unique.
+        self._pynames = python_names([p.name for p in info.inputs])
+        self._kw_lookup = name_lookup([p.name for p in info.inputs])
         params = [
-            inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_annotation(p.type, p.unique))
-            for p in info.inputs
+            inspect.Parameter(py, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_annotation(p.type, p.unique))
+            for py, p in zip(self._pynames, info.inputs)
         ]
         outs = [_annotation(o.type, o.unique) for o in info.outputs]
         ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
@@ -58,6 +63,7 @@ class EntryPoint:
             f"C function: {info.cfun}; backend: {library.backend}.\n"
             + (f"Consumes {', '.join(consumed)}: handles passed there are invalid afterwards; "
                "NumPy arrays are copied in, so user data is never changed.\n" if consumed else "")
+            + "".join(f"Parameter {py} is Futhark's {p.name!r}.\n" for py, p in zip(self._pynames, info.inputs) if py != p.name)
             + (f"\n{info.doc}\n" if info.doc else "")
         )
         # Each entry point gets its own class whose __call__ is its compiled plan, so a call is one
@@ -69,10 +75,11 @@ class EntryPoint:
         if not kwargs and len(args) == n:
             return args
         try:
+            kwargs = resolve_keys(kwargs, self._kw_lookup, self._pynames, self.name)
             bound = self.__signature__.bind(*args, **kwargs)
         except TypeError as e:
             raise TypeError(f"{self.name}{self.__signature__}: {e}") from None
-        return tuple(bound.arguments[p.name] for p in self.entry.inputs)
+        return tuple(bound.arguments[py] for py in self._pynames)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Replaced per entry point by its compiled call plan (callplan.py); this is its fallback.

@@ -26,6 +26,7 @@ from .entry import EntryPoint
 from .errors import FutharkError
 from .manifest import ArrayType, Manifest, load_manifest
 from .shims import shims_for
+from .names import name_lookup, python_names
 from .values import ArrayKind, Codec, OpaqueKind
 
 BACKEND_PREFERENCE = ("c", "multicore", "cuda", "hip", "opencl", "ispc")
@@ -116,11 +117,14 @@ class Library:
         for name, info in manifest.types.items():
             self.types[name] = ArrayKind(self, info) if isinstance(info, ArrayType) else OpaqueKind(self, info)
         self.entry_points = {name: EntryPoint(self, e) for name, e in manifest.entry_points.items()}
-        # Entry points as instance attributes: found by the ordinary lookup, not by __getattr__
-        # after a failed one (which costs more than the call itself). Library's own names win.
-        for name, ep in self.entry_points.items():
-            if not hasattr(type(self), name) and name not in self.__dict__:
-                self.__dict__[name] = ep
+        names = list(self.entry_points)
+        self._entry_lookup = {k: names[i] for k, i in name_lookup(names).items()}
+        # Entry points as instance attributes under their Python spelling: found by the ordinary
+        # lookup, not by __getattr__ after a failed one (which costs more than the call itself).
+        # Library's own names win (those entry points stay reachable as lib["close"]).
+        for spelling, exact in self._entry_lookup.items():
+            if spelling.isidentifier() and not hasattr(type(self), spelling) and spelling not in self.__dict__:
+                self.__dict__[spelling] = self.entry_points[exact]
         self.key = f"{self.path}::{self.backend}"
         # The program's source, when it sits beside the library (pybridge build, make copies) —
         # pybridge.testing reads size names from its entry headers.
@@ -145,15 +149,27 @@ class Library:
         except AttributeError:
             raise FutharkError(f"{self.path.name} does not export {name}, which its manifest names") from None
 
-    # entry points as attributes
+    # Entry points as attributes, by their Python spelling (names.python_names: `f'` -> `f_1`).
+    # One that shares a name with this class's own attributes (close, sync, report, types, ...)
+    # is reached with lib["close"] or lib.entry("close"); those take the exact Futhark name too.
+    def entry(self, name: str) -> EntryPoint:
+        """The entry point ``name``: its exact Futhark name or its Python spelling."""
+        exact = self.__dict__.get("_entry_lookup", {}).get(name)
+        if exact is None:
+            raise KeyError(f"{self.path.name} has no entry point {name!r}; entry points: {list(self.entry_points)}")
+        return self.entry_points[exact]
+
+    def __getitem__(self, name: str) -> EntryPoint:
+        return self.entry(name)
+
     def __getattr__(self, name: str) -> EntryPoint:
-        eps = self.__dict__.get("entry_points")
-        if eps is not None and name in eps:
-            return eps[name]
+        exact = self.__dict__.get("_entry_lookup", {}).get(name)
+        if exact is not None:
+            return self.entry_points[exact]
         raise AttributeError(f"{type(self).__name__} has no attribute or entry point {name!r}")
 
     def __dir__(self) -> list[str]:
-        return list(super().__dir__()) + list(self.entry_points)
+        return list(super().__dir__()) + list(python_names(list(self.entry_points)))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.entry_points)

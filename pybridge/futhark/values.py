@@ -22,6 +22,7 @@ import numpy as np
 from .cdef import struct_name
 from .errors import InvalidHandleError
 from .manifest import ArrayType, OpaqueType
+from .names import name_lookup, python_names, resolve_keys
 from .types import PRIMITIVES, Primitive, scalar_to_numpy
 
 if TYPE_CHECKING:
@@ -249,34 +250,38 @@ class OpaqueHandle(Value):
         return tuple(f.name for f in fields) if fields else ()
 
     def field(self, name: str) -> Any:
-        """Project one field (a record field, a tuple component, or a record array's column)."""
-        fields = self.otype.fields
-        for f in fields or ():
-            if f.name == name:
-                out = self.library.codec.out_cell(f.type)
-                with self._ctx.lock:
-                    rc = self.library.fn(f.project)(self._ctx.ptr, out, self.ptr)
-                    self._ctx.check(rc, f.project)
-                    return self.library.codec.from_cell(f.type, out)
-        raise AttributeError(f"{self.type_name} has no field {name!r}; fields: {list(self.field_names)}")
+        """Project one field (a record field, a tuple component, or a record array's column), by its
+        exact Futhark name (``"as"``, ``"0"``, ``"x'"``) or its Python spelling (``as_``, ``_0``, ``x_1``).
+        Fields named like a handle attribute (``free``, ``store``, ``shape``, ``valid``...) are reached
+        only this way or as ``handle["free"]``."""
+        i = self.otype.field_lookup.get(name)
+        if i is None:
+            raise AttributeError(f"{self.type_name} has no field {name!r}; fields: {list(self.field_names)}")
+        f = self.otype.fields[i]  # type: ignore[index]
+        out = self.library.codec.out_cell(f.type)
+        with self._ctx.lock:
+            rc = self.library.fn(f.project)(self._ctx.ptr, out, self.ptr)
+            self._ctx.check(rc, f.project)
+            return self.library.codec.from_cell(f.type, out)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
+        # Only reached when no attribute of that name exists; dunders are never fields.
+        if name.startswith("__") or name == "otype":
             raise AttributeError(name)
+        if name not in self.otype.field_lookup:
+            raise AttributeError(f"{type(self).__name__} of {self.type_name} has no attribute or field {name!r}")
         return self.field(name)
 
     def __dir__(self) -> list[str]:
-        return list(super().__dir__()) + list(self.field_names)
+        return list(super().__dir__()) + list(self.otype.python_fields)
 
     def to_dict(self) -> dict[str, Any]:
         return {n: self.field(n) for n in self.field_names}
 
     @property
     def is_tuple(self) -> bool:
-        names = self.field_names
-        return bool(names) and self.otype.info.record is not None and names == tuple(
-            str(i) for i in range(len(names))
-        )
+        """Fields exactly 0..n-1 with n >= 2: Futhark's tuples (``{0: i32}`` is a record, not a 1-tuple)."""
+        return self.otype.info.record is not None and self.otype.kind == "tuple"
 
     def __len__(self) -> int:
         if self.otype.info.record_array or self.otype.info.opaque_array:
@@ -289,7 +294,14 @@ class OpaqueHandle(Value):
         for i in range(len(self)):
             yield self[i]
 
-    def __getitem__(self, i: int | tuple[int, ...]) -> Any:
+    def __getitem__(self, i: int | str | tuple[int, ...]) -> Any:
+        """A tuple component (``h[0]``), a field by name (``h["as"]``), or an element of an array of
+        records (``h[3]``)."""
+        if isinstance(i, str):
+            try:
+                return self.field(i)
+            except AttributeError as e:
+                raise KeyError(str(e)) from None
         info = self.otype.info
         if self.is_tuple and isinstance(i, (int, np.integer)):
             n = len(self.field_names)
@@ -515,6 +527,9 @@ class OpaqueKind:
         self.library, self.info, self.name = library, info, info.name
         self.free_fn = library.fn(info.ops["free"])
         self.fields = info.record.fields if info.record else (info.record_array.fields if info.record_array else None)
+        names = [f.name for f in self.fields or ()]
+        self.python_fields = python_names(names)  # attribute spellings (names.python_names)
+        self.field_lookup = name_lookup(names)  # either spelling -> position
 
     @property
     def kind(self) -> str:
@@ -526,7 +541,8 @@ class OpaqueKind:
         if i.opaque_array:
             return "opaque_array"
         if i.record:
-            return "tuple" if all(f.name.isdigit() for f in i.record.fields) else "record"
+            names = [f.name for f in i.record.fields]
+            return "tuple" if len(names) >= 2 and sorted(names) == sorted(str(k) for k in range(len(names))) else "record"
         return "opaque"
 
     def _call_new(self, fn_name: str, cell: Any, c_args: Sequence[Any], handles: Sequence[Any]) -> OpaqueHandle:
@@ -544,7 +560,8 @@ class OpaqueKind:
         names = [f.name for f in fields]
         if args and kwargs:
             raise TypeError(f"{self.name}: give fields either by position or by name")
-        if kwargs:
+        if kwargs:  # exact Futhark names or Python spellings
+            kwargs = resolve_keys(kwargs, self.field_lookup, names, self.name)
             missing = [n for n in names if n not in kwargs]
             extra = [k for k in kwargs if k not in names]
             if missing or extra:
@@ -709,7 +726,8 @@ class Codec:
 
 def to_numpy(value: Any) -> Any:
     """Recursively turn results into plain NumPy/Python data: arrays -> ndarray, records -> dict,
-    tuples -> tuple, sums -> (variant, payload), arrays of records -> dict of column arrays."""
+    tuples -> tuple, sums -> (variant, payload), arrays of records -> dict of column arrays, other
+    opaque arrays (arrays of sums) -> nested lists of their elements."""
     if isinstance(value, ArrayHandle):
         return value.numpy()
     if isinstance(value, OpaqueHandle):
@@ -718,6 +736,12 @@ def to_numpy(value: Any) -> Any:
             return (value.variant, tuple(to_numpy(p) for p in value.payload))
         if info.record_array:
             return {n: to_numpy(value.field(n)) for n in value.field_names}
+        if info.opaque_array:  # e.g. an array of sums: nested lists of the elements
+            def elements(prefix: tuple[int, ...], shape: tuple[int, ...]) -> list[Any]:
+                if len(shape) == 1:
+                    return [to_numpy(value[prefix + (i,)]) for i in range(shape[0])]
+                return [elements(prefix + (i,), shape[1:]) for i in range(shape[0])]
+            return elements((), value.shape)
         if info.record:
             if value.is_tuple:
                 return tuple(to_numpy(value.field(n)) for n in value.field_names)
