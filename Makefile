@@ -84,11 +84,13 @@ $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json &: $(2)/
 	@mkdir -p $(BUILD)/$(3)/$(1)
 	$$(FUTHARK) $(1) --library -o $(BUILD)/$(3)/$(1)/$$* $$<
 	$(if $(filter cuda,$(1)),scripts/futhark_cuda13_compat.sh $$(CUDA_HOME)/include $(BUILD)/$(3)/$(1)/$$*.c)
+	$$(PYTHON) pybridge/futhark/csource.py $(BUILD)/$(3)/$(1)/$$*.c
+	cp $$< $(BUILD)/$(3)/$(1)/$$*.fut
 
 $(BUILD)/$(3)/$(1)/lib%.so: $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h
 	$$(CC) -O3 -fPIC -shared $$(FUT_CFLAGS_$(1)) -o $$@ $$< $$(FUT_LDLIBS_$(1))
 
-.PRECIOUS: $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json
+.PRECIOUS: $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json $(BUILD)/$(3)/$(1)/%.fut
 endef
 $(foreach b,$(FUTHARK_BACKENDS),$(eval $(call FUT_RULES,$(b),futhark,futhark))$(eval $(call FUT_RULES,$(b),tests/reference,reference)))
 

@@ -8,7 +8,8 @@ from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
-ARTEFACTS = ("*.so", "*.json", "*.h", "*.cubin", "*.ptx", "*.fatbin")
+# *.fut: the program beside its library, for the size names the manifest leaves out (Library.source).
+ARTEFACTS = ("*.so", "*.json", "*.h", "*.fut", "*.cubin", "*.ptx", "*.fatbin")
 
 
 class build_py_with_artefacts(build_py):

@@ -743,3 +743,49 @@ def test_size_check_fails_exactly_on_mismatch(n: int, sizes: tuple[int, int, int
         first_bad = ("x", "y", "out")[next(i for i, s in enumerate(sizes) if s != n)]
         with pytest.raises(ValueError, match=rf"kernel saxpy, parameter {first_bad} "):
             bind_args(SAXPY, args)
+
+
+# ------------------------------------------------------------------------------ issue 12.8: pathological sizes
+
+
+@pytest.mark.parametrize(
+    "size",
+    [
+        "+".join(["n"] * 300),  # hundreds of terms: SyntaxError in the compiled check before
+        "(" * 400 + "n" + ")" * 400,  # nesting: RecursionError before
+        "-" * 600 + "n",
+        "min(" * 60 + "n" + ", 1)" * 60,
+    ],
+    ids=["terms", "parens", "unary", "min"],
+)
+def test_pathological_size_expressions_are_signature_errors(size: str) -> None:
+    with pytest.raises(SignatureError, match="parameter 'x'") as info:
+        parse_signature(f"k(float* x[{size}], int64 n)")
+    assert "k(float* x[" in str(info.value)  # the kernel's text, with the spot marked
+
+
+@given(depth=st.integers(1, 600), op=st.sampled_from(["(", "-", "min("]))
+@settings(max_examples=60, deadline=None)
+def test_any_nesting_depth_parses_or_is_a_signature_error(depth: int, op: str) -> None:
+    close = {"(": ")", "-": "", "min(": ", 2)"}[op]
+    text = f"k(float* x[{op * depth}n{close * depth}], int64 n)"
+    try:
+        sig = parse_signature(text)
+    except SignatureError:
+        return
+    want = {"(": 4, "min(": 2, "-": (-1) ** depth * 4}[op]
+    if want < 0:
+        with pytest.raises(ValueError, match="negative"):
+            bind_args(sig, (f32(4), 4))
+        return
+    b = bind_args(sig, (f32(want), 4))
+    assert b.values[1] == 4
+
+
+def test_size_division_by_zero_names_kernel_and_parameter() -> None:
+    sig = parse_signature("tile(float* x[n/m], int64 n, int64 m)")
+    with pytest.raises(ValueError, match=r"kernel tile, parameter x: size n/m divides by zero"):
+        sig.sizes({"n": 4, "m": 0})
+    with pytest.raises(ValueError, match=r"kernel tile, parameter x: size n/m divides by zero"):
+        bind_args(sig, (f32(2), 4, 0))
+    assert bind_args(sig, (f32(2), 4, 2)).values[1:] == (4, 2)

@@ -442,7 +442,7 @@ class _Plan:
         return {params[i].name: values[i] for i, _ in self.scalars}
 
     def _sizes_general(self, values: list[Any]) -> tuple[int, ...]:
-        """KernelSignature.sizes, as before: its KeyError / ValueError / ZeroDivisionError."""
+        """KernelSignature.sizes, as before: its KeyError / ValueError (negative, division by zero)."""
         scalars = self._scalar_dict(values)
         got = self.signature.sizes({k: v for k, v in scalars.items() if isinstance(v, int)})
         return tuple(got[p.name] for p in self.sized)

@@ -29,6 +29,7 @@ __all__ = [
     "KernelSignature",
     "Param",
     "SignatureError",
+    "SizeDivisionError",
     "SizeExpr",
     "c_type_name",
     "parse_signature",
@@ -47,6 +48,11 @@ class SignatureError(ValueError):
             pos = max(0, min(pos, len(text)))
             message = f"{message}\n  {text}\n  {' ' * pos}^"
         super().__init__(message)
+
+
+class SizeDivisionError(ValueError, ZeroDivisionError):
+    """A size expression divides by zero for the values given (a ValueError naming kernel and
+    parameter; still a ZeroDivisionError for code that caught that)."""
 
 
 # Spellings accepted for each scalar type. Multi-word C spellings are matched after collapsing
@@ -200,6 +206,11 @@ class SizeExpr:
         return src(self.tree)
 
 
+# Limits that keep parsing, evaluation and the compiled size check (kernel.py) far from Python's
+# recursion and nesting limits: no kernel needs more.
+MAX_SIZE_TOKENS = 128
+MAX_SIZE_NESTING = 32
+
 _EXPR_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(.))")
 
 
@@ -224,7 +235,16 @@ def parse_size_expr(text: str, _offset: int = 0, _whole: str | None = None) -> S
             tokens.append(("op", m.group(3), _offset + m.start(3)))
         pos = m.end()
     tokens.append(("end", "", _offset + len(text)))
+    if len(tokens) - 1 > MAX_SIZE_TOKENS:
+        raise SignatureError(f"size expression too long: {len(tokens) - 1} tokens (at most {MAX_SIZE_TOKENS})", whole, _offset)
     i = 0
+    depth = 0
+
+    def nest(at: int) -> None:
+        nonlocal depth
+        depth += 1
+        if depth > MAX_SIZE_NESTING:
+            raise SignatureError(f"size expression nested too deeply (at most {MAX_SIZE_NESTING} levels)", whole, at)
 
     def peek() -> tuple[str, str, int]:
         return tokens[i]
@@ -250,21 +270,25 @@ def parse_size_expr(text: str, _offset: int = 0, _whole: str | None = None) -> S
         return node
 
     def unary() -> _Node:
+        nonlocal depth
         if peek()[0] == "op" and peek()[1] == "-":
-            take()
-            return ("neg", unary())
+            nest(take()[2])
+            node = ("neg", unary())
+            depth -= 1
+            return node
         if peek()[0] == "op" and peek()[1] == "+":
             take()
             return unary()
         return atom()
 
     def atom() -> _Node:
+        nonlocal depth
         kind, value, at = take()
         if kind == "int":
             return int(value)
         if kind == "name":
             if value in ("min", "max") and peek()[0] == "op" and peek()[1] == "(":
-                take()
+                nest(take()[2])
                 first = expr()
                 kind2, value2, at2 = take()
                 if (kind2, value2) != ("op", ","):
@@ -273,13 +297,16 @@ def parse_size_expr(text: str, _offset: int = 0, _whole: str | None = None) -> S
                 kind2, value2, at2 = take()
                 if (kind2, value2) != ("op", ")"):
                     raise SignatureError(f"expected ')' to close {value}(", whole, at2)
+                depth -= 1
                 return (value, first, second)
             return value
         if kind == "op" and value == "(":
+            nest(at)
             node = expr()
             kind2, value2, at2 = take()
             if (kind2, value2) != ("op", ")"):
                 raise SignatureError("expected ')' in size expression", whole, at2)
+            depth -= 1
             return node
         what = "end of size expression" if kind == "end" else f"{value!r}"
         raise SignatureError(f"expected a number, a name or '(' in size expression, got {what}", whole, at)
@@ -369,7 +396,7 @@ class KernelSignature:
                 value = expr.evaluate(args)
             except ZeroDivisionError as e:  # say which kernel and parameter, with the values
                 used = ", ".join(f"{k}={args[k]}" for k in sorted(expr.names) if k in args)
-                raise ZeroDivisionError(f"kernel {self.name}, parameter {p.name}: {e} (with {used})") from None
+                raise SizeDivisionError(f"kernel {self.name}, parameter {p.name}: size {p.size} divides by zero ({e}; with {used})") from None
             if value < 0:
                 raise ValueError(f"{self.name}: size of {p.name} is {p.size} = {value}, which is negative")
             out[p.name] = value
@@ -493,7 +520,10 @@ def _parse_param(text: str, start: int, end: int, seen: set[str]) -> tuple[Param
     size: str | None = None
     if size_span is not None:
         s0, s1 = size_span
-        expr = parse_size_expr(text[s0:s1], s0, text)
+        try:
+            expr = parse_size_expr(text[s0:s1], s0, text)
+        except SignatureError as e:
+            raise SignatureError(f"parameter {name!r}: {e.reason}", text, e.pos) from None
         size = expr.text
     seen.add(name)
     return Param(name, dtype, stars == 1, is_const, size), size_span

@@ -9,7 +9,7 @@ values. Start with ``load``::
 
 from .context import Config, Context
 from .entry import EntryPoint
-from .errors import FutharkError, InvalidHandleError, OutOfMemoryError, ProgramError
+from .errors import FutharkError, InvalidHandleError, OutOfMemoryError, ProgramError, ValueFormatError
 from .library import Library, check_in_subprocess, load
 from .manifest import Manifest, ManifestError, load_manifest, parse_manifest
 from .values import ArrayHandle, ArrayKind, OpaqueHandle, OpaqueKind, to_numpy
@@ -29,6 +29,7 @@ __all__ = [
     "OpaqueKind",
     "OutOfMemoryError",
     "ProgramError",
+    "ValueFormatError",
     "check_in_subprocess",
     "load",
     "load_manifest",

@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 
 from ..paths import cache_dir
+from .csource import MARK, harden_file
 
 LINK_FLAGS = {
     "c": ["-lm"],
@@ -99,6 +100,7 @@ def build_program(
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
         try:
             _run([compiler, backend, "--library", "-o", str(tmp / stem), str(src)], "futhark")
+            harden_file(tmp / f"{stem}.c")  # OOM and negative sizes: errors instead of a dead process
             compile_library(tmp / f"{stem}.c", backend, tmp / so.name, cc)
             shutil.copy2(src, tmp / src.name)  # keep the source beside the library (Library.source_path)
             (tmp / _STAMP).write_text(digest)
@@ -141,7 +143,7 @@ def source_files(src: str | os.PathLike[str]) -> list[Path]:
 def _digest(src: Path, backend: str, compiler: str) -> str:
     """The cache key: every source file (path relative to the program, and content), backend, compiler."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    h = hashlib.sha256(f"{backend}\0{version}\0".encode())
+    h = hashlib.sha256(f"{backend}\0{version}\0{MARK}\0".encode())
     for f in source_files(src):
         h.update(os.path.relpath(f, src.parent).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:12]

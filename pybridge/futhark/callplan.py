@@ -12,7 +12,11 @@ No check is dropped, each one moves:
   before the C call, so a free() or consume in another thread cannot slip in between;
 - a handle in a consuming position passed twice: identity test in the plan, then the general path
   raises its error;
-- Futhark's error: read under the same lock as the call (in C by the shim in API mode).
+- Futhark's error: read under the same lock as the call (in C by the shim in API mode);
+- aliasing (aliases.py): a consumed handle that may share memory with another live handle goes to
+  the general path, which consumes a copy; non-unique results join the non-unique handle
+  arguments' alias group;
+- size parameters (sizes.py): their converter always runs (it checks >= 0).
 
 Scalar results are read from one preallocated buffer per entry point and handle results from one
 preallocated cell, under the lock, so a call allocates no C memory for them.
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .aliases import join, shared_with_live
 from .errors import InvalidHandleError
 from .shims import shim_name
 from .types import PRIMITIVES
@@ -46,7 +51,7 @@ def compile_plan(ep: "EntryPoint") -> Callable[..., Any]:
     env: dict[str, Any] = {
         "state": state, "acquire": state.lock.acquire, "release": state.lock.release, "lib": lib,
         "closed": lambda: InvalidHandleError("the Futhark context is closed"),
-        "ArrayHandle": ArrayHandle, "OpaqueHandle": OpaqueHandle,
+        "ArrayHandle": ArrayHandle, "OpaqueHandle": OpaqueHandle, "join": join, "shared": shared_with_live,
     }
     n = len(info.inputs)
     args = [f"a{i}" for i in range(n)]
@@ -57,7 +62,7 @@ def compile_plan(ep: "EntryPoint") -> Callable[..., Any]:
     for i, p in enumerate(info.inputs):
         prim = PRIMITIVES.get(p.type)
         if prim is not None:
-            exact = _EXACT.get(prim.name)
+            exact = None if p.name in ep._sizes.size_params else _EXACT.get(prim.name)
             env[f"conv{i}"] = ep._convs[i]
             if exact is None:
                 pre.append(f"a{i} = conv{i}(a{i})")
@@ -78,6 +83,8 @@ def compile_plan(ep: "EntryPoint") -> Callable[..., Any]:
         for j in handles:
             if j != i:
                 pre.append(f"if a{i} is a{j}: return self._call_general(args)")
+        # shared with another live handle: the general path consumes a copy
+        pre.append(f"if a{i}._aliases is not None and shared(a{i}): return self._call_general(args)")
     outs: list[str] = []
     results: list[str] = []
     for k, o in enumerate(info.outputs):
@@ -100,15 +107,22 @@ def compile_plan(ep: "EntryPoint") -> Callable[..., Any]:
         env["shim"] = getattr(lib.lib, shim_name(info.cfun))
         env["err"] = ffi.new("char **")
         call = [f"rc = shim(state.ctx, {int(sync)}, err, {', '.join(outs + c_args)})", *consume,
-                f"if rc: raise lib.context.error_from(rc, err[0], {info.cfun!r})"]
+                f"if rc: raise self._explained(lib.context.error_from(rc, err[0], {info.cfun!r}), args)"]
     else:
         env["fn"] = ep._fn
         env["sync"] = lib.lib.futhark_context_sync
         call = [f"rc = fn(state.ctx, {', '.join(outs + c_args)})", *consume,
-                f"if rc: raise lib.context.error(rc, {info.cfun!r})"]
+                f"if rc: raise self._explained(lib.context.error(rc, {info.cfun!r}), args)"]
         if sync:
             call += ["rc = sync(state.ctx)", "if rc: raise lib.context.error(rc, 'futhark_context_sync')"]
     ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ",)"
+    # Non-unique handle results may alias the non-unique handle arguments and each other.
+    shared_outs = [k for k, o in enumerate(info.outputs) if not o.unique and o.type not in PRIMITIVES]
+    shared_ins = [i for i in handles if not info.inputs[i].unique]
+    link: list[str] = []
+    if shared_outs and len(shared_outs) + len(shared_ins) > 1:
+        link = [f"r = {ret}", f"join([{', '.join([f'a{i}' for i in shared_ins] + [f'r[{k}]' if len(results) > 1 else 'r' for k in shared_outs])}])"]
+        ret = "r"
     unpack = f"{', '.join(args)}, = args" if n else "pass"
     lines = [
         "def __call__(self, *args, **kwargs):",
@@ -120,6 +134,7 @@ def compile_plan(ep: "EntryPoint") -> Callable[..., Any]:
         "        if not state.open: raise closed()",
         *(f"        {line}" for line in live),
         *(f"        {line}" for line in call),
+        *(f"        {line}" for line in link),
         f"        return {ret}",
         "    except OverflowError:",  # only cffi's argument conversion raises it: name the parameter
         "        self._convert_scalars(args)",

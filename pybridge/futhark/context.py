@@ -20,6 +20,9 @@ from typing import Any, Callable, Mapping
 from .errors import FutharkError, InvalidHandleError, error_for
 
 
+MAX_THREADS = 1024  # num_threads above this is refused (RELIABILITY.md: the scheduler exits)
+
+
 @dataclass
 class Config:
     """Context configuration; every field maps to one ``futhark_context_config_*`` call."""
@@ -159,7 +162,11 @@ class Context:
             if lib.futhark_context_config_set_tuning_param(cfg, name.encode(), value) != 0:
                 raise ValueError(f"tuning: the library rejected parameter {name!r}")
         if c.num_threads is not None:
-            need("futhark_context_config_set_num_threads", "num_threads")(cfg, int(c.num_threads))
+            n = c.num_threads
+            # Futhark's scheduler exit()s when it cannot create a worker thread (10**6 of them).
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_THREADS:
+                raise ValueError(f"num_threads must be an int in [0, {MAX_THREADS}] (0: one per core), got {n!r}")
+            need("futhark_context_config_set_num_threads", "num_threads")(cfg, n)
         if c.device is not None:
             need("futhark_context_config_set_device", "device")(cfg, str(c.device).encode())
         if c.unified_memory is not None:

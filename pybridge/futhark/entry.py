@@ -11,13 +11,15 @@ they may not be read before one.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .manifest import EntryPoint as EntryInfo
 from .types import PRIMITIVES, scalar_converter
 from .callplan import compile_plan
+from .errors import FutharkError
 from .names import name_lookup, python_names, resolve_keys
-from .values import Value
+from .sizes import SizeRules
+from .values import Value, link_results
 
 if TYPE_CHECKING:
     from .library import Library
@@ -25,6 +27,18 @@ if TYPE_CHECKING:
 
 def _annotation(type_name: str, unique: bool) -> str:
     return ("*" if unique else "") + type_name
+
+
+def _non_negative(conv: Callable[[Any], Any], what: str) -> Callable[[Any], Any]:
+    """A size parameter's converter: a negative size makes Futhark's C exit the process."""
+
+    def conv_size(v: Any) -> Any:
+        c = conv(v)
+        if c < 0:
+            raise ValueError(f"{what} is a size (the entry's types use it as an array length) and must be >= 0, got {c}")
+        return c
+
+    return conv_size
 
 
 class EntryPoint:
@@ -50,6 +64,14 @@ class EntryPoint:
         # `_` -> `_<position>`); keyword calls also take the exact Futhark name where it is unique.
         self._pynames = python_names([p.name for p in info.inputs])
         self._kw_lookup = name_lookup([p.name for p in info.inputs])
+        # Size parameters (from the .fut beside the library): a negative one would make Futhark's
+        # generated C exit the process, so their converters also check >= 0 (sizes.py).
+        decl = library.source.entries.get(info.name) if library.source is not None else None
+        self._sizes = SizeRules.from_decl(decl)
+        self._convs = [
+            _non_negative(c, f"{info.name}: parameter {p.name!r}") if c is not None and p.name in self._sizes.size_params else c
+            for p, c in zip(info.inputs, self._convs)
+        ]
         params = [
             inspect.Parameter(py, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_annotation(p.type, p.unique))
             for py, p in zip(self._pynames, info.inputs)
@@ -118,11 +140,20 @@ class EntryPoint:
                     if p.unique and isinstance(v, Value):
                         v._mark_consumed(f"entry point {self.name!r} (parameter {p.name!r})")
                 if rc != 0:
-                    raise ctx.error(rc, info.cfun)
+                    raise self._explained(ctx.error(rc, info.cfun), values)
                 if self._scalar_out:
                     ctx.sync()
                 results = tuple(codec.from_cell(o.type, c) for o, c in zip(info.outputs, cells))
+            link_results(scope, info.outputs, results)  # results may share the arguments' memory
         return results[0] if len(results) == 1 else results
+
+    def _explained(self, err: Exception, values: tuple[Any, ...]) -> Exception:
+        """Futhark's "invalid sizes" names no argument: add the ones whose sizes disagree."""
+        if isinstance(err, FutharkError) and "invalid sizes" in err.message:
+            detail = self._sizes.explain([p.name for p in self.entry.inputs], values)
+            if detail:
+                return type(err)(f"{self.name}: {err.message} ({detail})", err.code, err.function)
+        return err
 
     def __repr__(self) -> str:
         return f"<Futhark entry point {self.name}{self.__signature__}>"

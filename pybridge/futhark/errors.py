@@ -35,6 +35,11 @@ class OutOfMemoryError(FutharkError, MemoryError):
     """Futhark could not allocate memory (reliable mainly for GPU memory)."""
 
 
+class ValueFormatError(FutharkError, ValueError):
+    """Bytes given to ``restore()`` (or unpickled) are not a value of the type: truncated, edited,
+    or of another type. Raised before Futhark reads them."""
+
+
 class InvalidHandleError(RuntimeError):
     """A value was used after it was freed, consumed, or after its context was closed."""
 
@@ -44,6 +49,8 @@ def error_for(code: int | None, message: str, function: str | None = None) -> Fu
     low = message.lower()
     if code == FUTHARK_OUT_OF_MEMORY or "out of memory" in low or "failed to allocate" in low:
         return OutOfMemoryError(message, code, function)
-    if code == FUTHARK_PROGRAM_ERROR or (code == FUTHARK_SIZE_MISMATCH and "invalid sizes" in low):
+    # Futhark 0.25 reports argument size mismatches with code 1; a negative allocation (C hardened by
+    # csource.py) also comes back as code 1 from the entry point: both are the program's inputs.
+    if code == FUTHARK_PROGRAM_ERROR or (code == FUTHARK_SIZE_MISMATCH and "invalid sizes" in low) or "negative allocation" in low:
         return ProgramError(message, code, function)
     return FutharkError(message, code, function)

@@ -17,6 +17,8 @@ import weakref
 from pathlib import Path
 from typing import Any, Iterator
 
+import cffi
+
 from ..paths import find_build_file
 from .binding import bind_abi, bind_api
 from .build import cuda_home
@@ -24,9 +26,10 @@ from .cdef import RAW_POINTER_CTYPE, cdef_for
 from .context import Config, Context
 from .entry import EntryPoint
 from .errors import FutharkError
-from .manifest import ArrayType, Manifest, load_manifest
+from .manifest import ArrayType, Manifest, ManifestError, load_manifest
 from .shims import shims_for
 from .names import name_lookup, python_names
+from .source import SourceInfo, load_source
 from .values import ArrayKind, Codec, OpaqueKind
 
 BACKEND_PREFERENCE = ("c", "multicore", "cuda", "hip", "opencl", "ispc")
@@ -60,6 +63,14 @@ def resolve(name_or_path: str | os.PathLike[str], backend: str | None = None) ->
     )
 
 
+def _exports(ffi: Any, lib: Any, name: str) -> bool:
+    try:
+        getattr(lib, name)
+    except (AttributeError, ffi.error):  # ffi.error: declared but not in the library (ABI mode)
+        return False
+    return True
+
+
 def _gpu_present() -> tuple[bool, str]:
     """Whether a CUDA device exists, asked of the driver without creating a context.
 
@@ -89,7 +100,11 @@ class Library:
         self.backend = manifest.backend
         self.mode = mode
         self.raw_ctype = RAW_POINTER_CTYPE.get(self.backend, "void *")
-        cdef = cdef_for(manifest)
+        where = manifest.source or "the manifest"
+        try:
+            cdef = cdef_for(manifest)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ManifestError(f"{where}: cannot declare its C functions: {e}") from None
         self.mode_note = ""
         if mode == "auto":
             try:
@@ -98,10 +113,10 @@ class Library:
             except Exception as e:  # no header, no compiler, no setuptools, compile error
                 self.mode_note = f"ABI mode (slower calls) because API mode could not be built: {_one_line(e)}"
                 warnings.warn(f"{self.path.name}: {self.mode_note}", RuntimeWarning, stacklevel=3)
-                self.ffi, self.lib = bind_abi(cdef, self.path)
+                self.ffi, self.lib = self._bind_abi(cdef, where)
                 self.mode = "abi"
         elif mode == "abi":
-            self.ffi, self.lib = bind_abi(cdef, self.path)
+            self.ffi, self.lib = self._bind_abi(cdef, where)
         elif mode == "api":
             self.ffi, self.lib = self._bind_api(cdef)
         else:
@@ -110,6 +125,16 @@ class Library:
             ok, why = _gpu_present()
             if not ok:
                 raise FutharkError(f"cannot use the cuda backend library {self.path.name}: {why}")
+        # The program's source, when it sits beside the library (pybridge build, make and the
+        # installed package copy it): sizes the manifest leaves out (sizes.py, pybridge.testing).
+        src = self.path.with_name(f"{self.path.stem.removeprefix('lib')}.fut")
+        self.source_path: Path | None = src if src.exists() else None
+        self.source: SourceInfo | None = None
+        if self.source_path is not None:
+            try:
+                self.source = load_source(self.source_path)
+            except (OSError, UnicodeDecodeError):
+                self.source = None
         tuning = {t for e in manifest.entry_points.values() for t in e.tuning_params}
         self.context = Context(self.ffi, self.lib, self.backend, config or Config(), tuning)
         self.codec = Codec(self)
@@ -126,12 +151,20 @@ class Library:
             if spelling.isidentifier() and not hasattr(type(self), spelling) and spelling not in self.__dict__:
                 self.__dict__[spelling] = self.entry_points[exact]
         self.key = f"{self.path}::{self.backend}"
-        # The program's source, when it sits beside the library (pybridge build, make copies) —
-        # pybridge.testing reads size names from its entry headers.
-        src = self.path.with_name(f"{self.path.stem.removeprefix('lib')}.fut")
-        self.source_path: Path | None = src if src.exists() else None
         with _open_lock:
             _open_libraries[self.key] = self
+
+    def _bind_abi(self, cdef: str, where: object) -> tuple[Any, Any]:
+        """ABI mode, refusing a manifest that names functions the library does not export (a
+        manifest of another program or version) before any call."""
+        try:
+            ffi, lib = bind_abi(cdef, self.path)
+        except (cffi.CDefError, cffi.FFIError) as e:
+            raise ManifestError(f"{where}: its C declarations are invalid: {e}") from None
+        missing = [n for n in self.manifest.c_functions() if not _exports(ffi, lib, n)]
+        if missing:
+            raise ManifestError(f"{where} does not match {self.path.name}: it names {missing[:5]}, which the library does not export")
+        return ffi, lib
 
     def _bind_api(self, cdef: str) -> tuple[Any, Any]:
         header = self.path.with_name(f"{self.path.stem.removeprefix('lib')}.h")
@@ -146,7 +179,7 @@ class Library:
         """The C function ``name``; a clear error if the library does not export it."""
         try:
             return getattr(self.lib, name)
-        except AttributeError:
+        except (AttributeError, self.ffi.error):
             raise FutharkError(f"{self.path.name} does not export {name}, which its manifest names") from None
 
     # Entry points as attributes, by their Python spelling (names.python_names: `f'` -> `f_1`).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -164,15 +165,63 @@ class Manifest:
 
 
 def _req(obj: Mapping[str, Any], key: str, where: str) -> Any:
+    if not isinstance(obj, Mapping):
+        raise ManifestError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     try:
         return obj[key]
-    except (KeyError, TypeError):
+    except KeyError:
         raise ManifestError(f"{where}: missing required key {key!r}") from None
+
+
+_C_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_ARRAY_OP = re.compile(r"_(i8|i16|i32|i64|u8|u16|u32|u64|f16|f32|f64|bool)_(\d+)d\Z")
+_C_TYPE = re.compile(r"(const )?(struct )?[A-Za-z_][A-Za-z0-9_]*( ?\*)*\Z")
+
+
+def _str(obj: Mapping[str, Any], key: str, where: str, pattern: "re.Pattern[str] | None" = None) -> str:
+    v = _req(obj, key, where)
+    if not isinstance(v, str):
+        raise ManifestError(f"{where}: {key!r} must be a string, got {type(v).__name__} {v!r}")
+    if pattern is not None and not pattern.match(v):
+        raise ManifestError(f"{where}: {key!r} is not a C name: {v!r}")
+    return v
+
+
+def _opt_cname(obj: Mapping[str, Any], key: str, where: str) -> str | None:
+    return None if obj.get(key) is None else _str(obj, key, where, _C_NAME)
+
+
+def _bool(obj: Mapping[str, Any], key: str, where: str) -> bool:
+    v = obj.get(key, False)
+    if not isinstance(v, bool):  # "false" (a string) is not false
+        raise ManifestError(f"{where}: {key!r} must be true or false, got {v!r}")
+    return v
+
+
+def _int(obj: Mapping[str, Any], key: str, where: str, lo: int, hi: int) -> int:
+    v = _req(obj, key, where)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ManifestError(f"{where}: {key!r} must be an integer in [{lo}, {hi}], got {v!r}")
+    return v
+
+
+def _list(obj: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    v = _req(obj, key, where)
+    if not isinstance(v, list):
+        raise ManifestError(f"{where}: {key!r} must be a list, got {type(v).__name__}")
+    return v
+
+
+def _ops(raw: Mapping[str, Any], where: str) -> dict[str, str]:
+    ops = raw.get("ops", {})
+    if not isinstance(ops, Mapping):
+        raise ManifestError(f"{where}: 'ops' must be an object")
+    return {str(k): _str(ops, k, f"{where} ops", _C_NAME) for k in ops}
 
 
 def _fields(raw: list[Any], where: str) -> tuple[Field, ...]:
     return tuple(
-        Field(str(_req(f, "name", where)), str(_req(f, "type", where)), str(_req(f, "project", where)))
+        Field(_str(f, "name", where), _str(f, "type", where), _str(f, "project", where, _C_NAME))
         for f in raw
     )
 
@@ -180,80 +229,102 @@ def _fields(raw: list[Any], where: str) -> tuple[Field, ...]:
 def _parse_type(name: str, raw: Mapping[str, Any]) -> TypeInfo:
     where = f"type {name!r}"
     kind = _req(raw, "kind", where)
-    ops = dict(raw.get("ops", {}))
-    ctype = str(_req(raw, "ctype", where))
+    ops = _ops(raw, where)
+    ctype = _str(raw, "ctype", where, _C_TYPE)
     if kind == "array":
-        elem = str(_req(raw, "elemtype", where))
-        rank = int(_req(raw, "rank", where))
+        elem = _str(raw, "elemtype", where)
+        rank = _int(raw, "rank", where, 1, 64)
         if elem not in PRIMITIVES:
             raise ManifestError(f"{where}: array element type {elem!r} is not primitive")
+        if name != "[]" * rank + elem:  # a wrong rank would make pybridge misread shapes
+            raise ManifestError(f"{where}: rank {rank} and element type {elem!r} do not spell the name {name!r}")
+        for op, fn in ops.items():  # Futhark names them futhark_<op>_<elem>_<rank>d
+            m = _ARRAY_OP.search(fn)
+            if m and (m.group(1), int(m.group(2))) != (elem, rank):
+                raise ManifestError(f"{where}: ops {op!r} = {fn!r} is for []{m.group(1)} of rank {m.group(2)}, not {name!r}")
+        missing = {"new", "free", "shape", "values"} - set(ops)
+        if missing:
+            raise ManifestError(f"{where}: ops lack {sorted(missing)}")
         return ArrayType(name, ctype, elem, rank, ops)
     if kind != "opaque":
         raise ManifestError(f"{where}: unknown kind {kind!r}")
     record = sum_ = rarr = oarr = None
+    if "free" not in ops:
+        raise ManifestError(f"{where}: ops lack 'free'")
     if "record" in raw:
         r = raw["record"]
-        record = RecordInfo(_fields(_req(r, "fields", where), where), r.get("new"))
+        record = RecordInfo(_fields(_list(r, "fields", where), where), _opt_cname(r, "new", where))
     if "sum" in raw:
         s = raw["sum"]
         sum_ = SumInfo(
-            str(_req(s, "variant", where)),
+            _str(s, "variant", where, _C_NAME),
             tuple(
                 Variant(
-                    str(_req(v, "name", where)),
-                    tuple(str(p) for p in v.get("payload", [])),
-                    str(_req(v, "construct", where)),
-                    str(_req(v, "destruct", where)),
+                    _str(v, "name", where),
+                    tuple(_str({"payload": p}, "payload", where) for p in (v.get("payload", []) if isinstance(v, Mapping) else [])),
+                    _str(v, "construct", where, _C_NAME),
+                    _str(v, "destruct", where, _C_NAME),
                 )
-                for v in _req(s, "variants", where)
+                for v in _list(s, "variants", where)
             ),
         )
+        if not sum_.variants or len(sum_.variants) > 128:  # the stored tag is an i8
+            raise ManifestError(f"{where}: a sum type needs 1 to 128 variants, got {len(sum_.variants)}")
     if "record_array" in raw:
         ra = raw["record_array"]
         rarr = RecordArrayInfo(
-            str(_req(ra, "elemtype", where)),
-            int(_req(ra, "rank", where)),
-            _fields(_req(ra, "fields", where), where),
-            ra.get("index"),
-            ra.get("shape"),
-            ra.get("zip"),
+            _str(ra, "elemtype", where),
+            _int(ra, "rank", where, 1, 64),
+            _fields(_list(ra, "fields", where), where),
+            _opt_cname(ra, "index", where),
+            _opt_cname(ra, "shape", where),
+            _opt_cname(ra, "zip", where),
         )
     if "opaque_array" in raw:
         oa = raw["opaque_array"]
         oarr = OpaqueArrayInfo(
-            str(_req(oa, "elemtype", where)),
-            int(_req(oa, "rank", where)),
-            oa.get("index"),
-            oa.get("shape"),
-            oa.get("set"),
-            oa.get("new"),
+            _str(oa, "elemtype", where),
+            _int(oa, "rank", where, 1, 64),
+            _opt_cname(oa, "index", where),
+            _opt_cname(oa, "shape", where),
+            _opt_cname(oa, "set", where),
+            _opt_cname(oa, "new", where),
         )
     return OpaqueType(name, ctype, ops, record, sum_, rarr, oarr)
 
 
 def _parse_entry(name: str, raw: Mapping[str, Any]) -> EntryPoint:
     where = f"entry point {name!r}"
-    inputs = tuple(
-        Input(str(_req(i, "name", where)), str(_req(i, "type", where)), bool(i.get("unique", False)))
-        for i in _req(raw, "inputs", where)
-    )
+    inputs = tuple(Input(_str(i, "name", where), _str(i, "type", where), _bool(i, "unique", where)) for i in _list(raw, "inputs", where))
     single = False
     if "outputs" in raw:
-        outs = raw["outputs"]
+        outs = _list(raw, "outputs", where)
     elif "output" in raw:  # Futhark >= 0.26.1: exactly one result (a tuple is one opaque)
         outs = [raw["output"]]
         single = True
     else:
         raise ManifestError(f"{where}: neither 'outputs' nor 'output' present")
-    outputs = tuple(Output(str(_req(o, "type", where)), bool(o.get("unique", False))) for o in outs)
+    outputs = tuple(Output(_str(o, "type", where), _bool(o, "unique", where)) for o in outs)
+    tuning = raw.get("tuning_params", [])
+    attrs = raw.get("attributes", [])
+    doc = raw.get("doc")
+    if not isinstance(tuning, list) or not all(isinstance(t, str) for t in tuning):
+        raise ManifestError(f"{where}: 'tuning_params' must be a list of strings")
+    if not isinstance(attrs, list) or (doc is not None and not isinstance(doc, str)):
+        raise ManifestError(f"{where}: 'attributes' must be a list and 'doc' a string")
+    if not name.isidentifier():
+        raise ManifestError(f"{where}: the entry point name is not an identifier")
+    names = [i.name for i in inputs]
+    if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
+        raise ManifestError(f"{where}: parameter names {names} must be distinct identifiers")
     return EntryPoint(
         name=name,
-        cfun=str(_req(raw, "cfun", where)),
+        cfun=_str(raw, "cfun", where, _C_NAME),
         inputs=inputs,
         outputs=outputs,
-        tuning_params=tuple(raw.get("tuning_params", ())),
-        attributes=tuple(str(a) for a in raw.get("attributes", ())),
-        doc=raw.get("doc"),
+        tuning_params=tuple(tuning),
+        attributes=tuple(str(a) for a in attrs),
+        doc=doc,
         single_output=single,
     )
 
@@ -267,10 +338,13 @@ def parse_manifest(data: Mapping[str, Any] | str, source: Path | None = None) ->
             raise ManifestError(f"manifest is not valid JSON: {e}") from None
     if not isinstance(data, Mapping):
         raise ManifestError("manifest must be a JSON object")
-    types = {str(n): _parse_type(str(n), t) for n, t in _req(data, "types", "manifest").items()}
-    entries = {str(n): _parse_entry(str(n), e) for n, e in _req(data, "entry_points", "manifest").items()}
+    raw_types, raw_entries = _req(data, "types", "manifest"), _req(data, "entry_points", "manifest")
+    if not isinstance(raw_types, Mapping) or not isinstance(raw_entries, Mapping):
+        raise ManifestError("manifest: 'types' and 'entry_points' must be JSON objects")
+    types = {str(n): _parse_type(str(n), t) for n, t in raw_types.items()}
+    entries = {str(n): _parse_entry(str(n), e) for n, e in raw_entries.items()}
     m = Manifest(
-        backend=str(_req(data, "backend", "manifest")),
+        backend=_str(data, "backend", "manifest"),
         version=str(data.get("version", "")),
         entry_points=entries,
         types=types,
@@ -298,8 +372,14 @@ def _check_references(m: Manifest) -> None:
 
 
 def load_manifest(path: str | os.PathLike[str]) -> Manifest:
+    """Parse the manifest file; every defect is one ManifestError that names the file."""
     p = Path(path)
-    return parse_manifest(p.read_text(), source=p)
+    try:
+        return parse_manifest(p.read_text(), source=p)
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{p}: not UTF-8 text ({e})") from None
+    except ManifestError as e:
+        raise ManifestError(f"{p}: {e}") from None
 
 
 __all__ = [

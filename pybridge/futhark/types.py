@@ -6,6 +6,7 @@ holding its IEEE binary16 bits (docs/c-api.rst, "Values"). This table is the one
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,9 +102,10 @@ def scalar_converter(prim: Primitive, what: str):
     if prim.name == "f16":
         return lambda v: int(scalar_to_numpy(prim, v, what).view(np.uint16))
     if prim.is_float:
+        finite_max = float(np.finfo(prim.dtype).max)
 
         def conv_float(v: object) -> float:
-            if type(v) is float:
+            if type(v) is float and -finite_max <= v <= finite_max:  # NaN/inf/too large: checked below
                 return v  # type: ignore[return-value]
             return float(scalar_to_numpy(prim, v, what))
 
@@ -113,6 +115,13 @@ def scalar_converter(prim: Primitive, what: str):
         return bool(scalar_to_numpy(prim, v, what))
 
     return conv_bool
+
+
+def _finite(value: object) -> bool:
+    try:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int too large for a float is still a finite number
+        return True
 
 
 def scalar_to_numpy(prim: Primitive, value: object, what: str) -> np.generic:
@@ -136,4 +145,11 @@ def scalar_to_numpy(prim: Primitive, value: object, what: str) -> np.generic:
         return prim.dtype.type(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{what}: expected a real number for {prim.name}, got {type(value).__name__}")
-    return prim.dtype.type(value)
+    with np.errstate(over="ignore"):
+        try:
+            out = prim.dtype.type(value)
+        except OverflowError:  # a Python int beyond float64
+            out = prim.dtype.type(np.inf)
+    if np.isinf(out) and _finite(value):
+        raise OverflowError(f"{what}: {str(value)[:40]} is beyond the range of {prim.name} (max {np.finfo(prim.dtype).max}); inf and nan may be passed explicitly")
+    return out

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from . import aliases, binformat
 from .cdef import struct_name
-from .errors import InvalidHandleError
+from .errors import FutharkError, InvalidHandleError, ValueFormatError
 from .manifest import ArrayType, OpaqueType
 from .names import name_lookup, python_names, resolve_keys
 from .types import PRIMITIVES, Primitive, scalar_to_numpy
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 class Value:
     """Base of all handles: one reference to a Futhark value in one context."""
 
-    __slots__ = ("_ctx", "_ptr", "_status", "_free_fn", "_keep", "library", "__weakref__")
+    __slots__ = ("_ctx", "_ptr", "_status", "_free_fn", "_keep", "_aliases", "library", "__weakref__")
 
     def __init__(self, library: "Library", ptr: Any, free_fn: Any, keep: Any = None):
         self.library = library
@@ -46,6 +47,7 @@ class Value:
         self._status: str | None = None  # None while live; else why it is unusable
         self._keep = keep  # an object that must outlive the value (new_raw's owner)
         self._ctx._state.values[id(self)] = (free_fn, ptr)  # Context.register, inlined: every result
+        self._aliases: aliases.AliasGroup | None = None  # handles that may share memory (aliases.py)
 
     @property
     def ptr(self) -> Any:
@@ -122,6 +124,7 @@ class ArrayHandle(Value):
         free_fn = self._free_fn = atype.free_fn
         self._status = None
         self._keep = keep
+        self._aliases = None
         ctx._state.values[id(self)] = (free_fn, ptr)
 
     @property
@@ -134,9 +137,10 @@ class ArrayHandle(Value):
 
     @property
     def shape(self) -> tuple[int, ...]:
+        ptr = self.ptr  # a freed handle has no shape, even a cached one
         if self._shape is None:
             with self._ctx.lock:
-                p = self.atype.shape_fn(self._ctx.ptr, self.ptr)
+                p = self.atype.shape_fn(self._ctx.ptr, ptr)
                 self._shape = tuple(int(p[i]) for i in range(self.atype.rank))
         return self._shape
 
@@ -168,6 +172,11 @@ class ArrayHandle(Value):
         return out
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:  # NumPy 2 protocol: refuse rather than copy when asked not to
+            raise ValueError(
+                f"{self._describe()}: its data lives in Futhark, so NumPy cannot view it without a copy; "
+                "use np.asarray(handle) or handle.numpy()"
+            )
         a = self.numpy()
         return a if dtype is None else a.astype(dtype, copy=False)
 
@@ -262,7 +271,7 @@ class OpaqueHandle(Value):
         with self._ctx.lock:
             rc = self.library.fn(f.project)(self._ctx.ptr, out, self.ptr)
             self._ctx.check(rc, f.project)
-            return self.library.codec.from_cell(f.type, out)
+            return _aliasing(self, self.library.codec.from_cell(f.type, out))
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when no attribute of that name exists; dunders are never fields.
@@ -284,6 +293,7 @@ class OpaqueHandle(Value):
         return self.otype.info.record is not None and self.otype.kind == "tuple"
 
     def __len__(self) -> int:
+        self.ptr  # raises for a freed or consumed handle
         if self.otype.info.record_array or self.otype.info.opaque_array:
             return self.shape[0]
         if self.is_tuple:
@@ -325,7 +335,7 @@ class OpaqueHandle(Value):
         with self._ctx.lock:
             rc = self.library.fn(arr.index)(self._ctx.ptr, out, self.ptr, *norm)
             self._ctx.check(rc, arr.index)
-            return self.library.codec.from_cell(arr.elemtype, out)
+            return _aliasing(self, self.library.codec.from_cell(arr.elemtype, out))
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -344,6 +354,8 @@ class OpaqueHandle(Value):
             raise AttributeError(f"{self.type_name} is not a sum type")
         with self._ctx.lock:
             k = self.library.fn(s.variant)(self._ctx.ptr, self.ptr)
+        if not 0 <= k < len(s.variants):
+            raise FutharkError(f"{self.type_name}: Futhark reports variant number {k}, but the type has {len(s.variants)}")
         return s.variants[k].name
 
     @property
@@ -356,7 +368,7 @@ class OpaqueHandle(Value):
         with self._ctx.lock:
             rc = self.library.fn(v.destruct)(self._ctx.ptr, *cells, self.ptr)
             self._ctx.check(rc, v.destruct)
-            return tuple(self.library.codec.from_cell(t, c) for t, c in zip(v.payload, cells))
+            return tuple(_aliasing(self, self.library.codec.from_cell(t, c)) for t, c in zip(v.payload, cells))
 
     # serialisation
     def store(self) -> bytes:
@@ -369,9 +381,11 @@ class OpaqueHandle(Value):
             self._ctx.check(rc, self.otype.info.ops["store"])
             self._ctx.sync()
         try:
-            return bytes(ffi.buffer(p[0], n[0]))
+            data = bytes(ffi.buffer(p[0], n[0]))
         finally:
             self.library.lib.free(p[0])
+        self.otype.learn_layout(data)
+        return data
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_restore_opaque, (self.library.key, self.type_name, self.store()))
@@ -444,6 +458,10 @@ class ArrayKind:
     def coerce(self, value: Any, what: str) -> np.ndarray:
         """A C-contiguous array of exactly this dtype and rank, by the documented rule."""
         dtype = self.prim.dtype
+        if isinstance(value, np.ma.MaskedArray):
+            if np.ma.is_masked(value):  # Futhark has no mask: the hidden values would be used
+                raise ValueError(f"{what}: a masked array with masked elements; Futhark has no mask, so fill them first (value.filled(x))")
+            value = value.data
         if isinstance(value, np.ndarray):
             if value.dtype != dtype:
                 raise TypeError(
@@ -453,11 +471,13 @@ class ArrayKind:
             arr = value
         elif isinstance(value, (list, tuple)):
             try:
-                arr = np.asarray(value, dtype=dtype)
+                with np.errstate(over="ignore", invalid="ignore"):  # a changed value is refused below
+                    arr = np.asarray(value, dtype=dtype)
                 back = np.asarray(value)
             except (TypeError, ValueError, OverflowError) as e:
                 raise TypeError(f"{what}: cannot convert to {self.name}: {e}") from None
-            if back.shape != arr.shape or (back.size and not np.array_equal(back, arr)):
+            nan_ok = back.dtype.kind in "fc" and arr.dtype.kind in "fc"  # NaN stays NaN
+            if back.shape != arr.shape or (back.size and not np.array_equal(back, arr, equal_nan=nan_ok)):
                 raise TypeError(f"{what}: converting this sequence to {self.name} would change values")
         elif hasattr(value, "__array__") and not isinstance(value, Value):
             return self.coerce(np.asarray(value), what)
@@ -467,6 +487,9 @@ class ArrayKind:
             raise TypeError(f"{what}: expected a {self.rank}-d array for {self.name}, got {arr.ndim}-d")
         if not arr.flags.c_contiguous:
             arr = np.ascontiguousarray(arr)
+        if dtype.kind == "b" and arr.size and arr.view(np.uint8).max() > 1:
+            # NumPy reads any nonzero byte as True; Futhark's C code assumes 0 or 1.
+            arr = arr.view(np.uint8) != 0
         return arr
 
     def new(self, value: Any) -> ArrayHandle:
@@ -530,6 +553,37 @@ class OpaqueKind:
         names = [f.name for f in self.fields or ()]
         self.python_fields = python_names(names)  # attribute spellings (names.python_names)
         self.field_lookup = name_lookup(names)  # either spelling -> position
+        # (rank, type) of each component in store() bytes, learnt from the first store(): the
+        # manifest does not say how Futhark flattens the value.
+        self.layout: list[tuple[int, str]] | None = None
+
+
+    def learn_layout(self, data: bytes) -> None:
+        if self.layout is None:
+            self.layout = [(c.rank, c.type) for c in binformat.read_values(data, f"{self.name}.store")]
+
+
+    def _max_components(self, seen: frozenset[str] = frozenset()) -> int:
+        """An upper bound on the components of this type's stored form (from the manifest)."""
+        i = self.info
+        if self.name in seen:
+            return 64
+        parts: list[str] = []
+        if i.record:
+            parts += [f.type for f in i.record.fields]
+        if i.record_array:
+            parts += [f.type for f in i.record_array.fields]
+        if i.sum:
+            parts += ["i8"] + [t for v in i.sum.variants for t in v.payload]
+        if i.opaque_array:
+            parts.append(i.opaque_array.elemtype)
+        if not parts:
+            return 64
+        n = 0
+        for t in parts:
+            kind = self.library.types.get(t)
+            n += kind._max_components(seen | {self.name}) if isinstance(kind, OpaqueKind) else 1
+        return n
 
     @property
     def kind(self) -> str:
@@ -545,16 +599,19 @@ class OpaqueKind:
             return "tuple" if len(names) >= 2 and sorted(names) == sorted(str(k) for k in range(len(names))) else "record"
         return "opaque"
 
-    def _call_new(self, fn_name: str, cell: Any, c_args: Sequence[Any], handles: Sequence[Any]) -> OpaqueHandle:
+    def _call_new(self, fn_name: str, cell: Any, c_args: Sequence[Any], handles: Sequence[Any], scope: "_Scope") -> OpaqueHandle:
         """Call a constructor (record new, zip, sum construct) under the context lock, with the
-        handles given as fields checked live there (another thread may have freed them)."""
+        handles given as fields checked live there (another thread may have freed them). The result
+        shares the memory of every handle it was built from (temporaries included)."""
         ctx = self.library.context
         with ctx.lock:
             for h in handles:
                 h.ptr  # raises InvalidHandleError for a handle freed since its conversion
             rc = self.library.fn(fn_name)(ctx.ptr, cell, *c_args)
             ctx.check(rc, fn_name)
-            return OpaqueHandle(self.library, self, cell[0])
+            out = OpaqueHandle(self.library, self, cell[0])
+        aliases.join([out, *(h for h, _ in scope.handles)])  # built from those handles, no copy
+        return out
 
     def _field_args(self, fields: Sequence[Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
         names = [f.name for f in fields]
@@ -585,7 +642,7 @@ class OpaqueKind:
                 codec.to_c(f.type, v, f"{self.name}.{f.name}", scope) for f, v in zip(rec.fields, values)
             ]
             cell = self.library.ffi.new(f"{struct_name(self.info.ctype)} **")
-            return self._call_new(rec.new, cell, c_args, [v for v in values if isinstance(v, Value)])
+            return self._call_new(rec.new, cell, c_args, [v for v in values if isinstance(v, Value)], scope)
 
     def zip(self, *args: Any, **kwargs: Any) -> OpaqueHandle:
         """Build an array of records from one array per field (no copy in Futhark)."""
@@ -597,7 +654,7 @@ class OpaqueKind:
         with codec.call_scope() as scope:
             c_args = [codec.to_c(f.type, v, f"{self.name}.{f.name}", scope) for f, v in zip(ra.fields, values)]
             cell = self.library.ffi.new(f"{struct_name(self.info.ctype)} **")
-            return self._call_new(ra.zip, cell, c_args, [v for v in values if isinstance(v, Value)])
+            return self._call_new(ra.zip, cell, c_args, [v for v in values if isinstance(v, Value)], scope)
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -618,18 +675,33 @@ class OpaqueKind:
         with codec.call_scope() as scope:
             c_args = [codec.to_c(t, x, f"{self.name}.{variant}[{i}]", scope) for i, (t, x) in enumerate(zip(v.payload, payload))]
             cell = self.library.ffi.new(f"{struct_name(self.info.ctype)} **")
-            return self._call_new(v.construct, cell, c_args, [x for x in payload if isinstance(x, Value)])
+            return self._call_new(v.construct, cell, c_args, [x for x in payload if isinstance(x, Value)], scope)
 
     def restore(self, data: bytes) -> OpaqueHandle:
         """Rebuild a value from ``OpaqueHandle.store()`` bytes."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"{self.name}.restore: expected bytes, got {type(data).__name__}")
+        what = f"{self.name}.restore"
+        raw = bytes(data)
+        comps = binformat.read_values(raw, what)  # Futhark would read past a truncated buffer
+        found = [(c.rank, c.type) for c in comps]
+        if self.layout is not None and found != self.layout:
+            raise ValueFormatError(f"{what}: the bytes hold components {found}, a {self.name} value has {self.layout}")
+        s = self.info.sum
+        if s is not None:
+            tag = comps[0].scalar(raw) if found[0] == (0, "  i8") else None
+            if tag is None or not 0 <= int(tag) < len(s.variants):
+                raise ValueFormatError(f"{what}: the variant tag {tag!r} is not one of the {len(s.variants)} variants")
+        # Without a learnt layout, zero padding makes any header Futhark expects beyond the
+        # components present fail its own check instead of reading past the buffer.
+        pad = 0 if self.layout is not None else 16 * self._max_components()
         lib = self.library
-        buf = lib.ffi.from_buffer(bytes(data))
+        buf = lib.ffi.from_buffer(raw + bytes(pad))
         with lib.context.lock:
             ptr = lib.fn(self.info.ops["restore"])(lib.context.ptr, buf)
             if ptr == lib.ffi.NULL:
-                raise lib.context.error(None, self.info.ops["restore"])
+                msg = lib.context.last_error()
+                raise ValueFormatError(f"{what}: Futhark rejected the bytes (not a {self.name} value){': ' + msg if msg else ''}")
             lib.context.sync()  # restore is asynchronous and reads buf
             return OpaqueHandle(lib, self, ptr)
 
@@ -645,6 +717,7 @@ class _Scope:
 
     def __init__(self) -> None:
         self.temps: list[Value] = []
+        self.handles: list[tuple[Value, bool]] = []  # (handle passed, consumed?) per non-primitive argument
 
     def close(self) -> None:
         for t in self.temps:
@@ -677,36 +750,41 @@ class Codec:
         prim = PRIMITIVES.get(type_name)
         if prim is not None:
             return prim_to_c(prim, value, what)
+        h = self._handle(type_name, value, what, scope)
+        if unique and aliases.shared_with_live(h):
+            # Consuming h would overwrite memory another live handle reads: consume a copy.
+            h = copy_value(h, what)
+            scope.temps.append(h)
+        scope.handles.append((h, unique))
+        return h.ptr
+
+    def _handle(self, type_name: str, value: Any, what: str, scope: _Scope) -> Value:
+        """The handle to pass: ``value`` itself, or a temporary (in ``scope``) built from it."""
         kind = self.library.types[type_name]
         if isinstance(value, Value):
             if value.library is not self.library:
                 raise TypeError(f"{what}: the value belongs to another Futhark library/context")
             if value.type_name != type_name:
                 raise TypeError(f"{what}: expected {type_name}, got a handle of {value.type_name}")
-            return value.ptr
+            value.ptr  # raises for a freed or consumed handle
+            return value
         if isinstance(kind, ArrayKind):
-            arr = kind.coerce(value, what)
-            h = kind._new_from(arr)
-            scope.temps.append(h)
-            return h.ptr
-        if kind.info.sum is not None and isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+            h: Value = kind._new_from(kind.coerce(value, what))
+        elif kind.info.sum is not None and isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
             h = kind.construct(value[0], *value[1])  # (variant, payload)
-            scope.temps.append(h)
-            return h.ptr
-        if kind.info.record_array is not None and isinstance(value, Mapping):
+        elif kind.info.record_array is not None and isinstance(value, Mapping):
             h = kind.zip(**value)  # columns by field name
-            scope.temps.append(h)
-            return h.ptr
-        if kind.info.record is not None and kind.info.record.new:
+        elif kind.info.record is not None and kind.info.record.new:
             if isinstance(value, Mapping):
                 h = kind.new(**value)
             elif isinstance(value, tuple):
                 h = kind.new(*value)
             else:
                 raise TypeError(f"{what}: expected {type_name} (a handle, or a {'tuple' if kind.kind == 'tuple' else 'dict of fields'}), got {type(value).__name__}")
-            scope.temps.append(h)
-            return h.ptr
-        raise TypeError(f"{what}: expected a handle of opaque type {type_name}, got {type(value).__name__}")
+        else:
+            raise TypeError(f"{what}: expected a handle of opaque type {type_name}, got {type(value).__name__}")
+        scope.temps.append(h)
+        return h
 
     def out_cell(self, type_name: str) -> Any:
         prim = PRIMITIVES.get(type_name)
@@ -722,6 +800,39 @@ class Codec:
         if isinstance(kind, ArrayKind):
             return ArrayHandle(self.library, kind, cell[0])
         return OpaqueHandle(self.library, kind, cell[0])
+
+
+def _aliasing(parent: Value, child: Any) -> Any:
+    """``child`` (a projection of ``parent``) shares its parent's memory."""
+    if isinstance(child, Value):
+        aliases.join([parent, child])
+    return child
+
+
+def copy_value(h: Value, what: str) -> Value:
+    """A new value equal to ``h`` that shares no memory with it.
+
+    The C API has no copy operation, so arrays go through host memory (``values`` then ``new``,
+    one device-to-host and one host-to-device transfer on GPU backends) and opaques through
+    ``store``/``restore`` (the same path pickling takes)."""
+    if isinstance(h, ArrayHandle):
+        return h.atype._new_from(h.numpy())
+    assert isinstance(h, OpaqueHandle)
+    ops = h.otype.info.ops
+    if "store" not in ops or "restore" not in ops:
+        raise ValueError(
+            f"{what}: this {h.type_name} value may share memory with another live handle, and the library "
+            "offers no store/restore to copy it; free the other handles (or pass a fresh value) first"
+        )
+    return h.otype.restore(h.store())
+
+
+def link_results(scope: _Scope, outputs: Sequence[Any], results: Sequence[Any]) -> None:
+    """After an entry point call: non-unique results may alias the non-unique arguments (as
+    passed, temporaries included) and each other; unique results are fresh (docs/c-api.rst)."""
+    outs = [r for o, r in zip(outputs, results) if not o.unique and isinstance(r, Value)]
+    if outs:
+        aliases.join([*(h for h, consumed in scope.handles if not consumed), *outs])
 
 
 def to_numpy(value: Any) -> Any:

@@ -14,7 +14,15 @@ runs random sequences of:
   the handle is consumed (the C API: also when the call failed);
 - free: ``handle.free()`` on any handle, live or not: idempotent;
 - misuse: reading a freed or consumed handle, or passing it to an entry point, raises
-  ``pybridge.futhark.InvalidHandleError`` and leaks nothing.
+  ``pybridge.futhark.InvalidHandleError`` and leaks nothing;
+- records: record/tuple results whose fields are arrays of those types (or primitives) are kept
+  with a model too; entry points taking such records get a kept one (or a dict); ``project``
+  takes a field out (it shares the record's memory); records may be consumed (``*rec``);
+- thread: a call made from a second thread (the machine waits for it).
+
+Aliasing invariant: after every step, every live handle (arrays and records) still reads as its
+model. Results may share memory with arguments (``entry ident (xs: []i32) = xs``), projections
+with their record: consuming one of them must never change another (pybridge copies first).
 
 Invariant: the values the library's context holds for Python (``lib.live_values()``: handles made
 and not yet freed or consumed) number the baseline plus the model's live handles. Teardown frees
@@ -27,6 +35,7 @@ everything and checks the count is back to the baseline.
 from __future__ import annotations
 
 import gc
+import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -46,12 +55,13 @@ class Tracked:
 
     handle: Any
     type_name: str
-    model: np.ndarray
+    model: Any  # np.ndarray for arrays; {field: np.ndarray or scalar} for records
     state: str = "live"  # "live", "freed" or "consumed"
     origin: str = ""
 
     def __repr__(self) -> str:
-        return f"<{self.type_name} {self.model.shape} {self.state} from {self.origin}>"
+        shape = self.model.shape if isinstance(self.model, np.ndarray) else "record"
+        return f"<{self.type_name} {shape} {self.state} from {self.origin}>"
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -77,7 +87,7 @@ def handle_lifecycle_machine(
     settings of the ``TestCase`` (default: 50 examples, deadline off).
     """
     from ..futhark import FutharkError, InvalidHandleError
-    from ..futhark.manifest import ArrayType
+    from ..futhark.manifest import ArrayType, OpaqueType
     from ..futhark.types import PRIMITIVES as _PRIMS
 
     manifest = lib.manifest
@@ -89,8 +99,16 @@ def handle_lifecycle_machine(
     if not creatable:
         raise ValueError(f"{lib!r} has no array types: nothing to create handles of")
 
+    # Records (and tuples) whose fields are all creatable arrays or primitives: kept with a model.
+    records = sorted(
+        n
+        for n, t in manifest.types.items()
+        if isinstance(t, OpaqueType) and t.record is not None and t.record.fields
+        and all(f.type in creatable or f.type in _PRIMS for f in t.record.fields)
+    )
+
     def usable(name: str) -> bool:
-        return all(i.type in creatable or i.type in _PRIMS for i in manifest.entry_points[name].inputs)
+        return all(i.type in creatable or i.type in _PRIMS or i.type in records for i in manifest.entry_points[name].inputs)
 
     names = sorted(manifest.entry_points) if entries is None else list(entries)
     missing = [n for n in names if n not in manifest.entry_points]
@@ -99,6 +117,7 @@ def handle_lifecycle_machine(
     names = [n for n in names if usable(n)]
     plain = [n for n in names if not any(i.unique for i in manifest.entry_points[n].inputs)]
     consuming = [n for n in names if any(i.unique for i in manifest.entry_points[n].inputs)]
+    pooled = set(creatable) | set(records)
     user_ranges = dict(ranges or {})
 
     def entry_strategy(name: str) -> st.SearchStrategy[Any]:
@@ -118,12 +137,15 @@ def handle_lifecycle_machine(
 
     class HandleMachine(RuleBasedStateMachine):
         library = lib
+        sequences = 0  # counters for runners (pybridge.testing.lifecycle_run)
+        steps = 0
 
         def __init__(self) -> None:
             super().__init__()
             gc.collect()  # handles of earlier examples must not be freed by the GC mid-run
             self.tracked: list[Tracked] = []
             self.base = lib.live_values()
+            type(self).sequences += 1
 
         # -- helpers
         def live(self, type_name: str | None = None) -> list[Tracked]:
@@ -139,9 +161,19 @@ def handle_lifecycle_machine(
             return t
 
         def check_read(self, t: Tracked) -> None:
+            if t.type_name in records:
+                got = to_numpy(t.handle)
+                assert set(got) == set(t.model), f"{t!r}: fields {sorted(got)}"
+                for k, v in t.model.items():
+                    g = np.asarray(got[k])
+                    assert _same(g, np.asarray(v)), f"{t!r}.{k}: read back {g!r}, model {v!r}"
+                return
             got = t.handle.numpy()
             assert _same(got, t.model), f"{t!r}: read back {got!r}, model {t.model!r}"
             assert tuple(t.handle.shape) == t.model.shape
+
+        def record_model(self, h: Any) -> dict[str, Any]:
+            return {k: np.asarray(v).copy() for k, v in dict(to_numpy(h)).items()}
 
         def take_results(self, name: str, result: Any) -> None:
             outs = manifest.entry_points[name].outputs
@@ -149,13 +181,15 @@ def handle_lifecycle_machine(
             for o, v in zip(outs, values):
                 if o.type in creatable and hasattr(v, "numpy"):
                     self.tracked.append(Tracked(v, o.type, v.numpy(), origin=f"result of {name}"))
+                elif o.type in records:
+                    self.tracked.append(Tracked(v, o.type, self.record_model(v), origin=f"result of {name}"))
                 else:
                     to_numpy(v)  # reading must work; then let it go
                     free = getattr(v, "free", None)
                     if callable(free):
                         free()
 
-        def call(self, data: st.DataObject, name: str, chosen: Tracked | None) -> None:
+        def call(self, data: st.DataObject, name: str, chosen: Tracked | None, in_thread: bool = False) -> None:
             ep = lib.entry_points[name]
             info = manifest.entry_points[name]
             case = data.draw(strategies[name], label=f"{name} inputs")
@@ -164,15 +198,22 @@ def handle_lifecycle_machine(
             passed: list[tuple[Tracked, bool]] = []
             first_unique = True
             for inp, v in zip(info.inputs, case.args):
-                if inp.type not in creatable:
+                if inp.type not in pooled:
                     args.append(v)
                     continue
                 if inp.unique and chosen is not None and first_unique:
                     t = chosen
                     first_unique = False
+                elif inp.type in records:
+                    fits = [x for x in self.live(inp.type) if id(x) not in reserved]
+                    if fits and data.draw(st.booleans(), label="reuse a record"):
+                        t = data.draw(st.sampled_from(fits), label="record")
+                    else:  # a dict of fields: pybridge builds the record (a temporary)
+                        args.append(v)
+                        continue
                 else:
                     fits = [x for x in self.live(inp.type) if x.model.shape == v.shape and id(x) not in reserved]
-                    if fits and not inp.unique and data.draw(st.booleans(), label="reuse a handle"):
+                    if fits and data.draw(st.booleans(), label="reuse a handle"):
                         t = data.draw(st.sampled_from(fits), label="handle")
                     else:
                         t = self.new_handle(inp.type, v, origin=f"argument of {name}")
@@ -180,10 +221,25 @@ def handle_lifecycle_machine(
                         reserved.add(id(t))
                 args.append(t.handle)
                 passed.append((t, inp.unique))
-            try:
-                result = ep(*args)
-            except FutharkError:
-                result = None  # e.g. sizes that do not match: an allowed outcome
+            outcome: dict[str, Any] = {}
+
+            def run() -> None:
+                try:
+                    outcome["result"] = ep(*args)
+                except FutharkError:
+                    outcome["result"] = None  # e.g. sizes that do not match: an allowed outcome
+                except BaseException as e:  # re-raised in the machine's thread
+                    outcome["error"] = e
+
+            if in_thread:
+                worker = threading.Thread(target=run, name=f"lifecycle call {name}")
+                worker.start()
+                worker.join()
+            else:
+                run()
+            if "error" in outcome:
+                raise outcome["error"]
+            result = outcome["result"]
             for t, unique in passed:
                 if unique:
                     t.state = "consumed"  # also after a failed call: the C API says so
@@ -208,7 +264,7 @@ def handle_lifecycle_machine(
         def read(self, data: st.DataObject) -> None:
             t = data.draw(st.sampled_from(self.live()), label="handle")
             self.check_read(t)
-            if t.model.size:
+            if isinstance(t.model, np.ndarray) and t.model.size:
                 idx = tuple(data.draw(st.integers(0, n - 1), label="index") for n in t.model.shape)
                 got = t.handle[idx]
                 want = t.model[idx]
@@ -228,7 +284,7 @@ def handle_lifecycle_machine(
         def misuse(self, data: st.DataObject) -> None:
             t = data.draw(st.sampled_from(self.dead()), label="invalid handle")
             try:
-                t.handle.numpy()
+                to_numpy(t.handle) if t.type_name in records else t.handle.numpy()
             except InvalidHandleError:
                 pass
             else:
@@ -252,6 +308,24 @@ def handle_lifecycle_machine(
             def call_entry(self, data: st.DataObject, name: str) -> None:
                 self.call(data, name, None)
 
+            @rule(data=st.data(), name=st.sampled_from(plain))
+            def call_from_thread(self, data: st.DataObject, name: str) -> None:
+                self.call(data, name, None, in_thread=True)
+
+        if records:
+
+            @precondition(lambda self: any(self.live(r) for r in records))
+            @rule(data=st.data())
+            def project(self, data: st.DataObject) -> None:
+                t = data.draw(st.sampled_from([x for r in records for x in self.live(r)]), label="record")
+                info = manifest.types[t.type_name]
+                f = data.draw(st.sampled_from(info.record.fields), label="field")
+                v = t.handle.field(f.name)
+                if f.type in creatable:  # shares the record's memory: joins the pool
+                    self.tracked.append(Tracked(v, f.type, v.numpy(), origin=f"{t.type_name}.{f.name}"))
+                else:
+                    assert _same(np.asarray(v), np.asarray(t.model[f.name]))
+
         if consuming:
 
             @precondition(
@@ -271,6 +345,12 @@ def handle_lifecycle_machine(
                 name, t = data.draw(st.sampled_from(options), label="entry point and handle")
                 self.call(data, name, t)
                 assert t.state == "consumed"
+
+        @invariant()
+        def live_handles_keep_their_values(self) -> None:
+            type(self).steps += 1
+            for t in self.live():
+                self.check_read(t)
 
         @invariant()
         def live_values_match(self) -> None:

@@ -1,0 +1,58 @@
+"""Which handles may share memory, so that consuming one never changes another.
+
+Futhark may return an argument itself as a result (it even drops an explicit ``copy`` when it can),
+and projections, record construction and tuple results share their components' memory. A
+consuming (``*t``) parameter may then overwrite memory another live handle still reads. The
+manifest says which results are unique (fresh, aliasing nothing live); everything else is assumed
+to alias:
+
+- a non-unique result may alias every non-unique argument of its call and the call's other
+  non-unique results;
+- a projected field, a sum payload or an element of an array of records aliases its parent;
+- a record, tuple, sum or array of records built from handles aliases those handles.
+
+Handles that may alias form one group (a union of sets, merged as calls relate them). Before a
+handle goes to a consuming parameter, ``values.Codec`` asks ``shared_with_live``; if another live
+handle of its group remains, the value is copied first and the copy is consumed (see
+``values.copy_value`` for how, and RELIABILITY.md for the cost).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Iterable
+
+
+class AliasGroup:
+    """Handles that may share memory. Members are held weakly: a group never keeps a value alive."""
+
+    __slots__ = ("members",)
+
+    def __init__(self) -> None:
+        self.members: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def join(handles: Iterable[Any]) -> None:
+    """Record that ``handles`` (pybridge values; None entries ignored) may share memory."""
+    hs = [h for h in handles if h is not None]
+    if len(hs) < 2:
+        return
+    groups = {id(g): g for h in hs if (g := h._aliases) is not None}
+    target = max(groups.values(), key=lambda g: len(g.members)) if groups else AliasGroup()
+    for g in groups.values():
+        if g is not target:
+            for m in list(g.members):
+                m._aliases = target
+                target.members.add(m)
+    for h in hs:
+        h._aliases = target
+        target.members.add(h)
+
+
+def shared_with_live(handle: Any) -> bool:
+    """Whether another live handle may share ``handle``'s memory."""
+    g = handle._aliases
+    return g is not None and any(m is not handle and m.valid for m in list(g.members))
+
+
+__all__ = ["AliasGroup", "join", "shared_with_live"]

@@ -1,0 +1,109 @@
+"""Run the handle lifecycle machine for many sequences, each batch in a child process, so that a
+crash (a signal, an ``exit()`` inside Futhark's C) is counted and reported instead of ending the run.
+
+    python -m pybridge.testing.lifecycle_run --backend c --sequences 10000 --program prog.fut ...
+
+Prints one JSON object: backend, programs, sequences and steps run, batches, and the crashes and
+failures seen (each with the child's exit status and the end of its output). The exit status is 0
+only when there were neither. ``PYBRIDGE_LIFECYCLE_PROFILE`` (``quick``/``full``) picks the
+sequence count when ``--sequences`` is not given: ``PROFILES`` below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Sequence
+
+PROFILES = {"quick": 300, "full": 10_000}
+DEFAULT_PROFILE = "quick"
+
+
+def profile_sequences() -> int:
+    name = os.environ.get("PYBRIDGE_LIFECYCLE_PROFILE", DEFAULT_PROFILE)
+    if name not in PROFILES:
+        raise ValueError(f"PYBRIDGE_LIFECYCLE_PROFILE must be one of {sorted(PROFILES)}, got {name!r}")
+    return PROFILES[name]
+
+
+def run_batch(programs: Sequence[str], backend: str, sequences: int, steps: int) -> dict[str, Any]:
+    """In this process: the machine for each program, ``sequences`` sequences split among them."""
+    from hypothesis import HealthCheck, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    import pybridge.futhark as pf
+
+    from .stateful import handle_lifecycle_machine
+
+    done = {"sequences": 0, "steps": 0}
+    share = max(1, sequences // len(programs))
+    for prog in programs:
+        with pf.load(prog, backend=backend) as lib:
+            machine = handle_lifecycle_machine(lib, max_size=6)
+            run_state_machine_as_test(
+                machine,
+                settings=settings(
+                    max_examples=share, stateful_step_count=steps, deadline=None, database=None,
+                    suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+                ),
+            )
+            done["sequences"] += machine.sequences
+            done["steps"] += machine.steps
+    return done
+
+
+def run(programs: Sequence[str], backend: str, sequences: int, batch: int = 500, steps: int = 20, timeout: float = 3600) -> dict[str, Any]:
+    """Batches of ``batch`` sequences, each in a child process; returns the summary."""
+    summary: dict[str, Any] = {"backend": backend, "programs": list(programs), "sequences": 0, "steps": 0, "batches": 0, "crashes": [], "failures": []}
+    left = sequences
+    while left > 0:
+        n = min(batch, left)
+        left -= n
+        cmd = [sys.executable, "-m", "pybridge.testing.lifecycle_run", "--child", "--backend", backend, "--sequences", str(n), "--steps", str(steps), *programs]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            summary["crashes"].append({"status": "timeout", "output": f"batch of {n} ran over {timeout} s"})
+            continue
+        summary["batches"] += 1
+        last = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
+        counts = None
+        if proc.returncode == 0 and last:
+            try:
+                counts = json.loads(last[0])
+            except json.JSONDecodeError:
+                counts = None
+        if counts is not None:
+            summary["sequences"] += counts["sequences"]
+            summary["steps"] += counts["steps"]
+            continue
+        entry = {"status": proc.returncode, "output": (proc.stdout + proc.stderr)[-3000:]}
+        # A negative status is a signal; Futhark's exit(1) gives 1 with no traceback from Python.
+        died = proc.returncode < 0 or "Traceback" not in proc.stderr
+        summary["crashes" if died else "failures"].append(entry)
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("programs", nargs="+", help=".fut sources or built libraries")
+    ap.add_argument("--backend", default="c")
+    ap.add_argument("--sequences", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    n = args.sequences if args.sequences is not None else profile_sequences()
+    if args.child:
+        print(json.dumps(run_batch(args.programs, args.backend, n, args.steps)))
+        return 0
+    summary = run(args.programs, args.backend, n, args.batch, args.steps)
+    print(json.dumps(summary, indent=1))
+    return 0 if not summary["crashes"] and not summary["failures"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
