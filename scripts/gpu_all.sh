@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Every GPU check in one device call: scripts/gpu_check.sh over all GPU test files (one pytest per
+# file), the generated-interface test's cuda profile (programs emitted where the compiler is:
+#   PYBRIDGE_GEN_PROFILE=cuda PYBRIDGE_GEN_SEED=1 python tests/test_generated_interfaces.py emit .carry-gen/gen-cuda cuda)
+# and the demo. Carry .gpu-wheels, build/futhark/cuda, build/reference/cuda (make -k futhark
+# FUTHARK_BACKEND=cuda) and .carry-gen. The per-file logs come back packed in $OUT/gpu-logs.tar.gz
+# (the device tool returns at most 8 files).
+set -u
+REAL_OUT=${OUT:-/tmp}
+export OUT=/tmp/gpu-logs CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=/tmp/pb-cache PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+GPU_TEST_FILES=${GPU_TEST_FILES:-"tests/gpu/test_futhark_cuda.py tests/gpu/test_cuda_kernels.py tests/gpu/test_cuda_interop.py tests/gpu/test_cuda_compile.py tests/gpu/test_thin_path.py tests/test_threads.py tests/test_futhark_api.py tests/test_futhark_c_api.py tests/test_futhark_programs.py"} \
+  bash scripts/gpu_check.sh
+if [ -d .carry-gen/gen-cuda ]; then
+  echo "== generated interfaces, cuda profile"
+  PYBRIDGE_GEN_PREBUILT=$PWD/.carry-gen/gen-cuda PYBRIDGE_GEN_PROFILE=cuda PYBRIDGE_GEN_BACKENDS=cuda \
+    timeout ${GEN_TIMEOUT:-240} python3 -m pytest -q -s -p no:cacheprovider tests/test_generated_interfaces.py -k round_trip > "$OUT/gen-cuda.log" 2>&1
+  echo "rc=$? $(tail -1 "$OUT/gen-cuda.log")"
+  grep -E "^(FAILED|ERROR)|Segmentation|Fatal|entry points" "$OUT/gen-cuda.log" | cut -c1-220 | head -12
+fi
+tar czf "$REAL_OUT/gpu-logs.tar.gz" -C /tmp gpu-logs
