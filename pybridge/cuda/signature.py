@@ -396,7 +396,7 @@ class KernelSignature:
                 value = expr.evaluate(args)
             except ZeroDivisionError as e:  # say which kernel and parameter, with the values
                 used = ", ".join(f"{k}={args[k]}" for k in sorted(expr.names) if k in args)
-                raise SizeDivisionError(f"kernel {self.name}, parameter {p.name}: size {p.size} divides by zero ({e}; with {used})") from None
+                raise SizeDivisionError(f"kernel {self.name}, parameter {p.name}: {e} (with {used})") from None
             if value < 0:
                 raise ValueError(f"{self.name}: size of {p.name} is {p.size} = {value}, which is negative")
             out[p.name] = value

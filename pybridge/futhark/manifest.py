@@ -312,11 +312,6 @@ def _parse_entry(name: str, raw: Mapping[str, Any]) -> EntryPoint:
         raise ManifestError(f"{where}: 'tuning_params' must be a list of strings")
     if not isinstance(attrs, list) or (doc is not None and not isinstance(doc, str)):
         raise ManifestError(f"{where}: 'attributes' must be a list and 'doc' a string")
-    if not name.isidentifier():
-        raise ManifestError(f"{where}: the entry point name is not an identifier")
-    names = [i.name for i in inputs]
-    if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
-        raise ManifestError(f"{where}: parameter names {names} must be distinct identifiers")
     return EntryPoint(
         name=name,
         cfun=_str(raw, "cfun", where, _C_NAME),
