@@ -9,6 +9,7 @@ set -u
 REAL_OUT=${OUT:-/tmp}
 export OUT=/tmp/gpu-logs CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=/tmp/pb-cache PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
+source .gpu-wheels/install.sh  # PyCUDA, cffi for the commands below (gpu_check.sh sources it for itself)
 GPU_TEST_FILES=${GPU_TEST_FILES:-"tests/gpu/test_futhark_cuda.py tests/gpu/test_cuda_kernels.py tests/gpu/test_cuda_interop.py tests/gpu/test_cuda_compile.py tests/gpu/test_thin_path.py tests/test_threads.py tests/test_futhark_api.py tests/test_futhark_c_api.py tests/test_futhark_programs.py"} \
   bash scripts/gpu_check.sh
 if [ -d .carry-gen/gen-cuda ]; then
@@ -17,5 +18,12 @@ if [ -d .carry-gen/gen-cuda ]; then
     timeout ${GEN_TIMEOUT:-240} python3 -m pytest -q -s -p no:cacheprovider tests/test_generated_interfaces.py -k round_trip > "$OUT/gen-cuda.log" 2>&1
   echo "rc=$? $(tail -1 "$OUT/gen-cuda.log")"
   grep -E "^(FAILED|ERROR)|Segmentation|Fatal|entry points" "$OUT/gen-cuda.log" | cut -c1-220 | head -12
+fi
+if [ -d .carry-gen/aliasing ] && [ -z "${SKIP_LIFECYCLE:-}" ]; then
+  echo "== lifecycle machine on cuda (aliasing program, crash-detecting runner)"
+  python3 -c "from pybridge.futhark.build import compile_library as c; c('.carry-gen/aliasing/aliasing.c', 'cuda', '.carry-gen/aliasing/libaliasing.so')" \
+    && timeout ${LIFECYCLE_TIMEOUT:-180} python3 -m pybridge.testing.lifecycle_run --backend cuda \
+      --sequences ${LIFECYCLE_SEQUENCES:-1000} --batch 250 .carry-gen/aliasing/libaliasing.so > "$OUT/lifecycle-cuda.log" 2>&1
+  echo "rc=$?"; tail -4 "$OUT/lifecycle-cuda.log"
 fi
 tar czf "$REAL_OUT/gpu-logs.tar.gz" -C /tmp gpu-logs

@@ -17,6 +17,7 @@ import re
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -499,7 +500,10 @@ def test_chains_compute_the_op(probe):
                 for j in range(1, k + 1):
                     x = op(j, x)
                 want.append(x)
-            assert c.values("[]f32", res) == want
+            if probe.backend == "cuda":  # NVRTC contracts x*a + b into one FMA: one rounding fewer per op
+                np.testing.assert_allclose(c.values("[]f32", res), want, rtol=1e-6 * k)
+            else:
+                assert c.values("[]f32", res) == want
             c.free("[]f32", res)
         c.free("[]f32", xs)
 
@@ -530,9 +534,10 @@ def test_report_and_profiling(probe):
         report = json.loads(ctypes.string_at(p).decode())
         libc.free(p)
         assert set(report) >= {"memory", "events"}
-        # Host backends record no events; GPU backends record their kernels and copies.
+        # Host backends record no events; GPU backends record their kernels and copies (0.25.32's
+        # cuda events carry name, details and provenance; no start/end, as seen on the H100).
         for e in report["events"]:
-            assert set(e) >= {"name", "description", "start", "end"} and e["end"] >= e["start"]
+            assert {"name", "details", "provenance"} <= set(e), e
         assert probe.futhark_context_clear_caches(c.ctx) == 0
 
 

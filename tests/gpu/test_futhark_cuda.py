@@ -154,14 +154,19 @@ def _child(code: str, so) -> str:
 
 @pytest.mark.futhark
 def test_out_of_memory_in_new_is_an_exception():
-    """The documented behaviour of futhark_new_* (NULL + 'Failed to allocate'), on real cuda output."""
+    """A failed device allocation in futhark_new_* on real cuda output (plain device memory, nothing
+    oversubscribed). Futhark 0.25.32's cuda backend does not report the failed cuMemAlloc itself: the
+    copy into the missing buffer fails next ("invalid argument"), seen on the H100. What must hold:
+    an exception naming the failed CUDA call, never a crash, and the context stays usable."""
     from pybridge.paths import find_build_file
 
     so = find_build_file("reference/cuda/libprobe.so")
     if so is None:
         pytest.skip("reference/cuda/libprobe.so not built (make futhark FUTHARK_BACKEND=cuda)")
     out = _child(OOM_CHILD, so)
-    assert "OOM OutOfMemoryError" in out and "Failed to allocate" in out
+    assert ("OOM OutOfMemoryError" in out and "Failed to allocate" in out) or (
+        "OTHER FutharkError" in out and "CUDA call" in out
+    ), out
     assert "AFTER 10.0" in out
 
 
