@@ -402,10 +402,10 @@ print("closed")
 
 @pytest.mark.futhark
 @pytest.mark.skipif(futhark_compiler() is None, reason="the Futhark compiler is not installed (scripts/install-futhark.sh)")
-@pytest.mark.xfail(strict=True, reason="Futhark 0.25.32 multicore bug: after map (map f) over an array with an empty outer "
-                   "dimension, futhark_context_free waits forever for a subtask left in the main worker's queue "
-                   "(reproduced in plain C too); the generated test avoids that case on multicore")
 def test_futhark_multicore_free_after_empty_nested_map(tmp_path):
+    """Futhark 0.25.32 multicore bug: after map (map f) over an array with an empty outer dimension,
+    futhark_context_free waited forever for a subtask left in the main worker's queue (reproduced in
+    plain C too). Fixed in the generated C by pybridge.futhark.csource ("multicore-free-hang")."""
     src = tmp_path / "nested.fut"
     src.write_text("entry two (a: [][]i32) : [][]i32 = map (map (+1)) a\n")
     build_program(src, backend="multicore")  # outside the timeout: only the close is timed

@@ -8,6 +8,12 @@ kill the process (measured with Futhark 0.25.32, c and multicore backends):
   ``replicate n 0`` with ``n < 0``. The fix records the same message as an error and returns
   ``FUTHARK_PROGRAM_ERROR``; callers already propagate a failed allocation.
 
+- multicore: ``scheduler_destroy`` (in ``futhark_context_free``) waits for the main worker's queue
+  to drain after every worker thread has been joined. Futhark 0.25.32 can leave a subtask there
+  (after a nested map over an empty outer dimension, and at times after other calls), which no
+  thread will ever run, so closing the context hung forever. The fix drops what is left in that
+  queue once the workers are joined (nothing can run it any more; the subtasks' memory leaks).
+
 Applied by ``pybridge build`` / ``pybridge.futhark.load("prog.fut")`` and by ``make`` (this file
 runs as a script: ``python3 pybridge/futhark/csource.py prog.c``). Standard library only. Each fix
 is applied only where the generated text has the expected form; the text is unchanged otherwise.
@@ -19,7 +25,7 @@ import re
 import sys
 from pathlib import Path
 
-MARK = "/* pybridge: hardened */"
+MARK = "/* pybridge: hardened v2 */"  # part of pybridge build's cache key: a new fix rebuilds
 
 _MALLOC = "    *mem_out = malloc(size);\n"
 _MALLOC_CHECKED = (
@@ -29,21 +35,29 @@ _MALLOC_CHECKED = (
 )
 _NEGATIVE = re.compile(r'futhark_panic\(1, ("Negative allocation of %lld bytes attempted for %s in %s\.\\n", \(long long\) size, desc, [^;]*)\);')
 
+_OWN_QUEUE = "  // And then destroy our own queue.\n  subtask_queue_destroy(&scheduler->workers[0].q);\n"
+_OWN_QUEUE_DRAINED = (
+    "  // And then destroy our own queue.\n"
+    "  scheduler->workers[0].q.num_used = 0; /* pybridge: workers joined, a leftover subtask would wait forever */\n"
+    "  subtask_queue_destroy(&scheduler->workers[0].q);\n"
+)
+
 
 def harden(text: str) -> tuple[str, list[str]]:
     """The patched text and the names of the fixes applied."""
-    if MARK in text:
-        return text, []
-    applied = []
+    applied = []  # each fix is idempotent: a file patched by an older pybridge gets only what is new
     head = text.find("static void host_alloc(struct futhark_context* ctx,\n")
-    if head >= 0 and text.find(_MALLOC, head) >= 0 and "static void set_error(" in text:
+    if head >= 0 and text.find(_MALLOC, head) >= 0 and _MALLOC_CHECKED not in text and "static void set_error(" in text:
         at = text.find(_MALLOC, head)
         text = text[:at] + _MALLOC_CHECKED + text[at + len(_MALLOC) :]
         applied.append("malloc-null")
+    if _OWN_QUEUE in text:
+        text = text.replace(_OWN_QUEUE, _OWN_QUEUE_DRAINED)
+        applied.append("multicore-free-hang")
     text, n = _NEGATIVE.subn(r"{ set_error(ctx, msgprintf(\1)); return FUTHARK_PROGRAM_ERROR; }", text)
     if n:
         applied.append("negative-allocation")
-    if applied:
+    if applied and MARK not in text:
         text = MARK + "\n" + text
     return text, applied
 
