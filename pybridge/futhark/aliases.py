@@ -13,7 +13,8 @@ to alias:
 
 Handles that may alias form one group (a union of sets, merged as calls relate them). Before a
 handle goes to a consuming parameter, ``values.Codec`` asks ``shared_with_live``; if another live
-handle of its group remains, the value is copied first and the copy is consumed (see
+handle of its group remains (for an opaque value: whenever it has a group, since its own fields may
+share memory), the value is copied first and the copy is consumed (see
 ``values.copy_value`` for how, and RELIABILITY.md for the cost).
 """
 
@@ -52,7 +53,14 @@ def join(handles: Iterable[Any]) -> None:
 def shared_with_live(handle: Any) -> bool:
     """Whether another live handle may share ``handle``'s memory."""
     g = handle._aliases
-    return g is not None and any(m is not handle and m.valid for m in list(g.members))
+    if g is None:
+        return False
+    # An opaque value (record, tuple, sum, array of records) that was ever related to other handles
+    # may hold the same memory twice (mkpair(h, h)): consumed in place, one field's update would
+    # change the other even when no other handle is live. Copy it (store/restore) every time.
+    if hasattr(handle, "otype"):
+        return True
+    return any(m is not handle and m.valid for m in list(g.members))
 
 
 __all__ = ["AliasGroup", "join", "shared_with_live"]

@@ -11,9 +11,14 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-da = pytest.importorskip("dask.array", reason="dask is not installed: pip install '.[dask]'")
-distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
+# Imported here only where a GPU is present: on a machine without one every test skips as a gpu test
+# (tests/conftest.py), never for a missing CuPy.
+from conftest import GPU_OK  # noqa: E402
+
+if GPU_OK:
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    da = pytest.importorskip("dask.array", reason="dask is not installed: pip install '.[dask]'")
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
 
 import pybridge.dask as pbd  # noqa: E402
 from pybridge.paths import find_build_file  # noqa: E402
