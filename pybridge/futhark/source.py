@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Union
+from typing import Any, Callable, Iterator, Mapping, Union
 
 from .types import PRIMITIVES
 
@@ -412,6 +412,17 @@ def _top_level_starts(tokens: list[Token], keyword: str) -> Iterator[int]:
             yield i
 
 
+def _parse_each(tokens: list[Token], keyword: str, parse: Callable[["_Parser"], Any]) -> Iterator[Any]:
+    """``parse`` at every top-level ``keyword``; declarations that do not parse are skipped."""
+    for i in _top_level_starts(tokens, keyword):
+        p = _Parser(tokens)
+        p.i = i
+        try:
+            yield parse(p)
+        except _ParseError:
+            continue
+
+
 def parse_source(source: str) -> SourceInfo:
     """Entry-point headers and type abbreviations of a Futhark program's text.
 
@@ -419,23 +430,11 @@ def parse_source(source: str) -> SourceInfo:
     """
     tokens = tokenize(source)
     types: dict[str, TypeExpr] = {}
-    for i in _top_level_starts(tokens, "type"):
-        p = _Parser(tokens)
-        p.i = i
-        try:
-            got = p.type_decl()
-        except _ParseError:
-            continue
+    for got in _parse_each(tokens, "type", _Parser.type_decl):
         if got is not None:
             types[got[0]] = got[1]
     entries: dict[str, EntryDecl] = {}
-    for i in _top_level_starts(tokens, "entry"):
-        p = _Parser(tokens)
-        p.i = i
-        try:
-            e = p.entry()
-        except _ParseError:
-            continue
+    for e in _parse_each(tokens, "entry", _Parser.entry):
         resolved = tuple(ParamDecl(q.name, resolve(q.type, types)) for q in e.params)
         result = resolve(e.result, types) if e.result is not None else None
         entries[e.name] = EntryDecl(e.name, e.size_params, resolved, e.line, result)
