@@ -6,4 +6,6 @@ against NumPy). Each is imported on demand so that a machine without a GPU or Py
 """
 
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+from .errors import PybridgeError
+
+__all__ = ["PybridgeError", "__version__"]

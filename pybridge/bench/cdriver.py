@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from ..paths import cache_dir
+from ..errors import PybridgeError
 
 C_SOURCE = r"""
 #define _GNU_SOURCE
@@ -193,7 +194,7 @@ int main(int argc, char** argv) {
 """
 
 
-class DriverUnavailable(RuntimeError):
+class DriverUnavailable(PybridgeError, RuntimeError):
     """The C driver could not be built or run here (the message says why)."""
 
 

@@ -48,6 +48,7 @@ from pathlib import Path
 from ..paths import cache_dir
 from .context import compute_capability, have_pycuda
 from .declarations import SourceDeclarations, read_declarations
+from ..errors import PybridgeError
 
 __all__ = [
     "NVCC_FLAGS",
@@ -114,7 +115,7 @@ def parse_diagnostics(output: str) -> tuple[Diagnostic, ...]:
     return tuple(found)
 
 
-class CompileError(RuntimeError):
+class CompileError(PybridgeError, RuntimeError):
     """nvcc rejected the source (or could not run). ``output`` is the compiler's own text;
     ``diagnostics`` its parsed messages; ``file``/``line`` those of the first error; ``command``
     what ran."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from ..errors import PybridgeError
 
 __all__ = [
     "pycuda_errors",
@@ -70,7 +71,7 @@ _STICKY_TEXT = {_KNOWN[c][1].lower(): c for c in STICKY_CODES}
 _LAUNCH_TEXT = {_KNOWN[c][1].lower(): c for c in LAUNCH_CONFIG_CODES}
 
 
-class CudaError(RuntimeError):
+class CudaError(PybridgeError, RuntimeError):
     """A CUDA operation failed.
 
     Attributes: ``kernel`` (kernel or operation name, or None), ``code`` (CUresult / cudaError_t,

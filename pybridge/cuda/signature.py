@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import Union
 
 import numpy as np
+from ..errors import PybridgeError
 
 __all__ = [
     "SCALAR_TYPES",
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 
-class SignatureError(ValueError):
+class SignatureError(PybridgeError, ValueError):
     """A declaration that cannot be parsed; the message quotes the text and marks the bad spot."""
 
     def __init__(self, message: str, text: str | None = None, pos: int | None = None) -> None:
@@ -50,7 +51,7 @@ class SignatureError(ValueError):
         super().__init__(message)
 
 
-class SizeDivisionError(ValueError, ZeroDivisionError):
+class SizeDivisionError(PybridgeError, ValueError, ZeroDivisionError):
     """A size expression divides by zero for the values given (a ValueError naming kernel and
     parameter; still a ZeroDivisionError for code that caught that)."""
 

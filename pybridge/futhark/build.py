@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..paths import cache_dir
 from .csource import MARK, harden_file
+from ..errors import PybridgeError
 
 LINK_FLAGS = {
     "c": ["-lm"],
@@ -41,7 +42,7 @@ INSTALL_HINT = (
 )
 
 
-class BuildError(RuntimeError):
+class BuildError(PybridgeError, RuntimeError):
     """The Futhark compiler or the C compiler failed; the message holds their output."""
 
 

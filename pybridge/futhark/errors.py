@@ -8,6 +8,7 @@ The text always comes from ``futhark_context_get_error``.
 """
 
 from __future__ import annotations
+from ..errors import PybridgeError
 
 FUTHARK_SUCCESS = 0
 FUTHARK_PROGRAM_ERROR = 2
@@ -15,7 +16,7 @@ FUTHARK_OUT_OF_MEMORY = 3
 FUTHARK_SIZE_MISMATCH = 1  # not a documented code: what entry points return for wrong argument sizes
 
 
-class FutharkError(RuntimeError):
+class FutharkError(PybridgeError, RuntimeError):
     """A Futhark API call failed. ``code`` is the C return code (None for NULL returns)."""
 
     def __init__(self, message: str, code: int | None = None, function: str | None = None):
@@ -40,7 +41,7 @@ class ValueFormatError(FutharkError, ValueError):
     or of another type. Raised before Futhark reads them."""
 
 
-class InvalidHandleError(RuntimeError):
+class InvalidHandleError(PybridgeError, RuntimeError):
     """A value was used after it was freed, consumed, or after its context was closed."""
 
 

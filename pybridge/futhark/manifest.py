@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .types import PRIMITIVES, split_array_type
+from ..errors import PybridgeError
 
 
-class ManifestError(ValueError):
+class ManifestError(PybridgeError, ValueError):
     """The manifest is not of the documented form."""
 
 

@@ -46,6 +46,7 @@ from .strategies import (
     spec_from_kernel,
     spec_from_text,
 )
+from ..errors import PybridgeError
 
 # ---------------------------------------------------------------- tolerances
 
@@ -193,7 +194,7 @@ class Mismatch:
         return "\n".join(lines)
 
 
-class MismatchError(AssertionError):
+class MismatchError(PybridgeError, AssertionError):
     """The target disagreed with the reference. ``inputs`` is the (shrunk) failing case."""
 
     def __init__(self, message: str, inputs: Inputs | None, mismatches: list[Mismatch], results: Any = None, expected: Any = None):
