@@ -431,3 +431,26 @@ def test_consuming_a_record_whose_fields_share_memory(backend: str) -> None:
         np.testing.assert_array_equal(q.b.numpy(), [0])
     finally:
         lib.close()
+
+
+def test_lifecycle_runner_counts_parallel_batches() -> None:
+    """--jobs: batches in parallel children, each counted (Hypothesis may run a sequence or two
+    beyond max_examples in a batch, so at least the number asked for)."""
+    from pybridge.testing.lifecycle_run import run
+
+    summary = run([str(PROGRAM)], "c", 9, batch=2, steps=5, jobs=3)
+    assert (summary["batches"], summary["crashes"], summary["failures"]) == (5, [], []), summary
+    assert summary["sequences"] >= 9, summary
+
+
+def test_lifecycle_runner_reports_every_crashing_parallel_batch(tmp_path, monkeypatch) -> None:
+    """A child killed by a signal is a crash, one per batch, even when batches run at once."""
+    from pybridge.testing import lifecycle_run
+
+    fake = tmp_path / "python-that-segfaults"
+    fake.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(lifecycle_run.sys, "executable", str(fake))
+    summary = lifecycle_run.run(["unused.fut"], "c", 6, batch=2, jobs=3)
+    assert [c["status"] for c in summary["crashes"]] == [-11, -11, -11], summary
+    assert summary["sequences"] == 0 and summary["failures"] == []

@@ -1,7 +1,7 @@
 """Run the handle lifecycle machine for many sequences, each batch in a child process, so that a
 crash (a signal, an ``exit()`` inside Futhark's C) is counted and reported instead of ending the run.
 
-    python -m pybridge.testing.lifecycle_run --backend c --sequences 10000 --program prog.fut ...
+    python -m pybridge.testing.lifecycle_run --backend c --sequences 10000 --jobs 8 prog.fut ...
 
 Prints one JSON object: backend, programs, sequences and steps run, batches, and the crashes and
 failures seen (each with the child's exit status and the end of its output). The exit status is 0
@@ -55,35 +55,44 @@ def run_batch(programs: Sequence[str], backend: str, sequences: int, steps: int)
     return done
 
 
-def run(programs: Sequence[str], backend: str, sequences: int, batch: int = 500, steps: int = 20, timeout: float = 3600) -> dict[str, Any]:
-    """Batches of ``batch`` sequences, each in a child process; returns the summary."""
-    summary: dict[str, Any] = {"backend": backend, "programs": list(programs), "sequences": 0, "steps": 0, "batches": 0, "crashes": [], "failures": []}
-    left = sequences
-    while left > 0:
-        n = min(batch, left)
-        left -= n
-        cmd = [sys.executable, "-m", "pybridge.testing.lifecycle_run", "--child", "--backend", backend, "--sequences", str(n), "--steps", str(steps), *programs]
+def _run_child(programs: Sequence[str], backend: str, n: int, steps: int, timeout: float) -> dict[str, Any]:
+    """One batch of ``n`` sequences in a child process: its counts, or a crash/failure entry."""
+    cmd = [sys.executable, "-m", "pybridge.testing.lifecycle_run", "--child", "--backend", backend, "--sequences", str(n), "--steps", str(steps), *programs]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"crash": {"status": "timeout", "output": f"batch of {n} ran over {timeout} s"}}
+    last = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
+    if proc.returncode == 0 and last:
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            summary["crashes"].append({"status": "timeout", "output": f"batch of {n} ran over {timeout} s"})
-            continue
-        summary["batches"] += 1
-        last = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
-        counts = None
-        if proc.returncode == 0 and last:
-            try:
-                counts = json.loads(last[0])
-            except json.JSONDecodeError:
-                counts = None
-        if counts is not None:
-            summary["sequences"] += counts["sequences"]
-            summary["steps"] += counts["steps"]
-            continue
-        entry = {"status": proc.returncode, "output": (proc.stdout + proc.stderr)[-3000:]}
-        # A negative status is a signal; Futhark's exit(1) gives 1 with no traceback from Python.
-        died = proc.returncode < 0 or "Traceback" not in proc.stderr
-        summary["crashes" if died else "failures"].append(entry)
+            return {"counts": json.loads(last[0])}
+        except json.JSONDecodeError:
+            pass
+    entry = {"status": proc.returncode, "output": (proc.stdout + proc.stderr)[-3000:]}
+    # A negative status is a signal; Futhark's exit(1) gives 1 with no traceback from Python.
+    died = proc.returncode < 0 or "Traceback" not in proc.stderr
+    return {"crash" if died else "failure": entry, "ran": True}
+
+
+def run(programs: Sequence[str], backend: str, sequences: int, batch: int = 500, steps: int = 20, timeout: float = 3600, jobs: int = 1) -> dict[str, Any]:
+    """Batches of ``batch`` sequences, each in a child process, ``jobs`` children at a time (each
+    child is a separate process, so parallel batches cannot hide each other's crashes)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    summary: dict[str, Any] = {"backend": backend, "programs": list(programs), "sequences": 0, "steps": 0, "batches": 0, "jobs": jobs, "crashes": [], "failures": []}
+    sizes = [min(batch, sequences - start) for start in range(0, sequences, batch)]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for outcome in pool.map(lambda n: _run_child(programs, backend, n, steps, timeout), sizes):
+            if "counts" in outcome:
+                summary["batches"] += 1
+                summary["sequences"] += outcome["counts"]["sequences"]
+                summary["steps"] += outcome["counts"]["steps"]
+            elif "crash" in outcome:
+                summary["batches"] += int(outcome.get("ran", False))
+                summary["crashes"].append(outcome["crash"])
+            else:
+                summary["batches"] += 1
+                summary["failures"].append(outcome["failure"])
     return summary
 
 
@@ -94,13 +103,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sequences", type=int, default=None)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--jobs", type=int, default=1, help="batches run at once (each in its own process)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     n = args.sequences if args.sequences is not None else profile_sequences()
     if args.child:
         print(json.dumps(run_batch(args.programs, args.backend, n, args.steps)))
         return 0
-    summary = run(args.programs, args.backend, n, args.batch, args.steps)
+    summary = run(args.programs, args.backend, n, args.batch, args.steps, jobs=args.jobs)
     print(json.dumps(summary, indent=1))
     return 0 if not summary["crashes"] and not summary["failures"] else 1
 
