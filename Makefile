@@ -77,10 +77,10 @@ futhark:
 endif
 
 # `futhark <backend> --library -o DIR/prog` writes prog.c, prog.h and prog.json; one set of rules
-# per (backend, source folder, output folder). With FUTHARK=/bin/true the carried generated C is
+# per (backend, source folder, output folder); a new csource.py fix regenerates (and re-hardens) the C. With FUTHARK=/bin/true the carried generated C is
 # compiled as it is (the GPU machine has nvcc but no Futhark).
 define FUT_RULES
-$(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json &: $(2)/%.fut
+$(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json &: $(2)/%.fut pybridge/futhark/csource.py
 	@mkdir -p $(BUILD)/$(3)/$(1)
 	$$(FUTHARK) $(1) --library -o $(BUILD)/$(3)/$(1)/$$* $$<
 	$(if $(filter cuda,$(1)),scripts/futhark_cuda13_compat.sh $$(CUDA_HOME)/include $(BUILD)/$(3)/$(1)/$$*.c)

@@ -454,3 +454,49 @@ def test_lifecycle_runner_reports_every_crashing_parallel_batch(tmp_path, monkey
     summary = lifecycle_run.run(["unused.fut"], "c", 6, batch=2, jobs=3)
     assert [c["status"] for c in summary["crashes"]] == [-11, -11, -11], summary
     assert summary["sequences"] == 0 and summary["failures"] == []
+
+
+# ---------------------------------------------------------------- signed division overflow
+
+DIVISION = ROOT / "tests" / "programs" / "division.fut"
+
+
+def _futhark_division(x: int, y: int, bits: int) -> tuple[int, int, int, int]:
+    """Futhark's /, %, //, %% (floor, mod, truncating quotient, remainder), wrapping to ``bits``
+    as Futhark's interpreter does (`i32.lowest / -1 == i32.lowest`)."""
+    def wrap(v: int) -> int:
+        return (v + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
+    quot = abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)
+    return wrap(x // y), wrap(x % y), wrap(quot), wrap(x - quot * y)
+
+
+@pytest.mark.parametrize("backend", ["c", "multicore"])
+def test_lowest_divided_by_minus_one_wraps_instead_of_killing_the_process(backend: str) -> None:
+    """x86 idiv traps on lowest / -1 (SIGFPE, the process dies): the generated C is guarded."""
+    code = f"""
+import pybridge.futhark as pf, numpy as np
+with pf.load({str(DIVISION)!r}, backend={backend!r}) as lib:
+    print([int(v) for v in lib.div32(np.int32(-2**31), np.int32(-1))])
+    print([int(v) for v in lib.div64(np.int64(-2**63), np.int64(-1))])
+    print(lib.div32s(np.array([-2**31, 7], np.int32), np.array([-1, -1], np.int32)).numpy().tolist())
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"status {proc.returncode}\n{proc.stderr[-2000:]}"
+    assert proc.stdout.split("\n")[:3] == [
+        str(list(_futhark_division(-2**31, -1, 32))),
+        str(list(_futhark_division(-2**63, -1, 64))),
+        str([-2**31, -7]),
+    ]
+
+
+@pytest.fixture(scope="module")
+def division_lib():
+    with pf.load(DIVISION, backend="c") as library:
+        yield library
+
+
+@given(x=st.integers(-2**31, 2**31 - 1), y=st.integers(-2**31, 2**31 - 1).filter(bool) | st.sampled_from([-1, 1]))
+@FUZZ
+def test_signed_division_matches_futhark_semantics(division_lib, x: int, y: int) -> None:
+    got = [int(v) for v in division_lib.div32(np.int32(x), np.int32(y))]
+    assert got == list(_futhark_division(x, y, 32))

@@ -1,4 +1,4 @@
-"""Two fixes to the C that ``futhark <backend> --library`` generates, so that ordinary calls cannot
+"""Fixes to the C that ``futhark <backend> --library`` generates, so that ordinary calls cannot
 kill the process (measured with Futhark 0.25.32, c and multicore backends):
 
 - ``host_alloc`` ignores a NULL from ``malloc``: an allocation too large for the machine
@@ -13,6 +13,11 @@ kill the process (measured with Futhark 0.25.32, c and multicore backends):
   (after a nested map over an empty outer dimension, and at times after other calls), which no
   thread will ever run, so closing the context hung forever. The fix drops what is left in that
   queue once the workers are joined (nothing can run it any more; the subtasks' memory leaks).
+- Signed division of the lowest value by -1 (``i32.lowest / -1``, also ``%``, ``//``, ``%%``, and
+  i64) traps on x86 (SIGFPE kills the process). Futhark's own interpreter wraps (``i32.lowest / -1
+  == i32.lowest``, remainders 0), as every other overflow does; the fix gives the C host code that
+  answer. 8- and 16-bit operands are promoted to int by C and never trapped. GPU kernels (NVRTC
+  strings) are left alone: the GPU does not trap.
 
 Applied by ``pybridge build`` / ``pybridge.futhark.load("prog.fut")`` and by ``make`` (this file
 runs as a script: ``python3 pybridge/futhark/csource.py prog.c``). Standard library only. Each fix
@@ -25,7 +30,7 @@ import re
 import sys
 from pathlib import Path
 
-MARK = "/* pybridge: hardened v2 */"  # part of pybridge build's cache key: a new fix rebuilds
+MARK = "/* pybridge: hardened v3 */"  # part of pybridge build's cache key: a new fix rebuilds
 
 _MALLOC = "    *mem_out = malloc(size);\n"
 _MALLOC_CHECKED = (
@@ -43,6 +48,31 @@ _OWN_QUEUE_DRAINED = (
 )
 
 
+def _division_fixes() -> list[tuple[str, str]]:
+    """(generated text, guarded text) for the signed division functions that can trap."""
+    pairs = []
+    for bits in (32, 64):
+        t, u = f"int{bits}_t", f"uint{bits}_t"
+        neg = f"({t}) (({u}) 0 - ({u}) x)"  # wrapping negation: lowest / -1 == lowest
+        head = f"SCALAR_FUN_ATTR {t} %s{bits}({t} x, {t} y) {{\n"
+        guard = "  if (y == -1) return %s; /* pybridge: no SIGFPE on lowest / -1 */\n"
+        pairs += [
+            (head % "sdiv" + f"  {t} q = x / y;\n", head % "sdiv" + guard % neg + f"  {t} q = x / y;\n"),
+            (head % "smod" + f"  {t} r = x % y;\n", head % "smod" + guard % "0" + f"  {t} r = x % y;\n"),
+        ]
+        one_line = f"SCALAR_FUN_ATTR {t} %s{bits}({t} x, {t} y) {{ return %s; }}"
+        pairs += [
+            (one_line % ("squot", "x / y"), one_line % ("squot", f"y == -1 ? {neg} : x / y")),
+            (one_line % ("srem", "x % y"), one_line % ("srem", "y == -1 ? 0 : x % y")),
+            (one_line % ("squot_safe", "y == 0 ? 0 : x / y"), one_line % ("squot_safe", f"y == 0 ? 0 : squot{bits}(x, y)")),
+            (one_line % ("srem_safe", "y == 0 ? 0 : x % y"), one_line % ("srem_safe", f"y == 0 ? 0 : srem{bits}(x, y)")),
+        ]
+    return pairs
+
+
+_DIVISION = _division_fixes()
+
+
 def harden(text: str) -> tuple[str, list[str]]:
     """The patched text and the names of the fixes applied."""
     applied = []  # each fix is idempotent: a file patched by an older pybridge gets only what is new
@@ -57,6 +87,13 @@ def harden(text: str) -> tuple[str, list[str]]:
     text, n = _NEGATIVE.subn(r"{ set_error(ctx, msgprintf(\1)); return FUTHARK_PROGRAM_ERROR; }", text)
     if n:
         applied.append("negative-allocation")
+    patched = 0
+    for generated, guarded in _DIVISION:
+        # At the start of a line only: the GPU program is embedded as string literals, left alone.
+        text, n = re.subn("(?m)^" + re.escape(generated), lambda _match, g=guarded: g, text)
+        patched += n
+    if patched:
+        applied.append("division-overflow")
     if applied and MARK not in text:
         text = MARK + "\n" + text
     return text, applied
