@@ -20,6 +20,14 @@ for b in c multicore cuda; do
     python3 -c "from pybridge.futhark.build import compile_library as c; c('.carry-gen/rel/$b/$p.c', '$b', '.carry-gen/rel/$b/lib$p.so')" || echo "compile $b/$p failed"
   done
 done
+echo "== lowest / -1 on cuda (host code guarded by csource; kernels computed on the GPU)"
+python3 -c "from pybridge.futhark.build import compile_library as c; c('.carry-gen/rel/cuda/division.c', 'cuda', '.carry-gen/rel/cuda/libdivision.so')" && python3 - <<'PY'
+import numpy as np, pybridge.futhark as pf
+with pf.load(".carry-gen/rel/cuda/libdivision.so", backend="cuda") as lib:
+    print("div32", [int(v) for v in lib.div32(np.int32(-2**31), np.int32(-1))])
+    print("div64", [int(v) for v in lib.div64(np.int64(-2**63), np.int64(-1))])
+    print("div32s", lib.div32s(np.array([-2**31, 7, -7], np.int32), np.array([-1, -1, 2], np.int32)).numpy().tolist())
+PY
 SEQ=${LIFECYCLE_SEQUENCES:-10000}
 LIMIT=${LIFECYCLE_TIMEOUT:-500}
 lifecycle() {  # backend jobs
