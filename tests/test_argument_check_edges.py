@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from pybridge.cuda.errors import LaunchError
 from pybridge.cuda.kernel import bind_args, plan_for
-from pybridge.cuda.launch import LaunchConfig
+from pybridge.cuda.launch_config import LaunchConfig
 from pybridge.cuda.signature import parse_signature
 from pybridge.interop import cai_info, plain_cai
 

@@ -98,7 +98,8 @@ def test_direct_launch_passes_what_pycuda_would(recording_driver):
         assert buf == struct.pack("@fPPPq", np.float32(a), *ptrs, n)  # PyCUDA's 'fPPPq', native alignment
         assert params is None and markers == (1, 2, None)  # BUFFER_POINTER, BUFFER_SIZE, END
     assert k.launch_path.startswith("direct")
-    from pybridge.cuda.launch import LaunchConfig, launch
+    from pybridge.cuda.launch import launch
+    from pybridge.cuda.launch_config import LaunchConfig
 
     launch(None, LaunchConfig(grid=5, block=64), k, 1.0, *(FakeCAI(p, 3) for p in (16, 32, 48)), 3)
     f, grid, block, shared, s, buf, params, markers = calls[-1]

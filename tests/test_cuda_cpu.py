@@ -31,7 +31,7 @@ from pybridge.cuda.errors import (
     from_pycuda_error,
 )
 from pybridge.cuda.kernel import bind_args, struct_format
-from pybridge.cuda.launch import LaunchConfig, grid_2d, grid_for
+from pybridge.cuda.launch_config import LaunchConfig, grid_2d, grid_for
 from pybridge.cuda.module import Images, choose_image, cubin_arch, cubin_runs_on
 from pybridge.cuda.signature import (
     SCALAR_TYPES,

@@ -25,11 +25,13 @@ from __future__ import annotations
 from . import catalog
 from .arrays import DeviceArray, as_device_array, empty, from_cai, from_dlpack, to_device, zeros
 from .compiler import CompiledSource, CompileError, build_source
-from .context import PYCUDA_HINT, after_futhark, before_futhark, device_count, ensure_context, have_pycuda
+from .context import PYCUDA_HINT, device_count, ensure_context, have_pycuda
+from .futhark_boundary import after_futhark, before_futhark
 from .errors import CudaError, LaunchError, StickyCudaError
 from .declarations import DeclarationMismatchError, SourceDeclarations, read_declarations
 from .kernel import BoundArgs, Kernel, bind_args
-from .launch import LaunchConfig, grid_2d, grid_for, launch
+from .launch import launch
+from .launch_config import LaunchConfig, grid_2d, grid_for
 from .launchers import Launchers, load_launchers
 from .module import Module, load_compiled, load_module
 from .module import compile_source as compile  # noqa: A001 - cuda.compile, as PyCUDA / CuPy users expect

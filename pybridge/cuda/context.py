@@ -22,8 +22,8 @@ memory allocated in the other. The rules pybridge follows at that boundary:
 
 * ordering: contexts share no streams, so the boundary is a synchronisation. A Futhark handle syncs
   its context before it gives out its pointer (its CAI has ``stream: None``);
-  :func:`before_futhark` syncs our stream(s) before our outputs go into a Futhark entry point, and
-  :func:`after_futhark` syncs a Futhark context before we read its outputs;
+  :func:`~pybridge.cuda.futhark_boundary.before_futhark` syncs our stream(s) before our outputs go
+  into a Futhark entry point, and :func:`~pybridge.cuda.futhark_boundary.after_futhark` syncs a Futhark context before we read its outputs;
 * access: :func:`same_context` tells whether a pointer belongs to the current (primary) context;
   when it does not, copy it (``DeviceArray.copy()`` through the unified address space) before a
   kernel of ours reads it many times, or run the consumer in the owner's context.
@@ -36,15 +36,10 @@ from __future__ import annotations
 
 import atexit
 import threading
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .streams import Stream
+from typing import Any
 
 __all__ = [
     "PYCUDA_HINT",
-    "after_futhark",
-    "before_futhark",
     "compute_capability",
     "device_count",
     "ensure_context",
@@ -155,39 +150,3 @@ def same_context(ptr: int) -> bool | None:
     if owner is None:
         return None
     return owner == _driver.current_context()
-
-
-def before_futhark(*streams: Stream | None) -> None:
-    """Call before our outputs go into a Futhark entry point: wait for our streams to finish.
-
-    With no argument, waits for the whole primary context (every stream in it).
-    """
-    if not streams:
-        ensure_context()
-        pycuda_driver().Context.synchronize()
-        return
-    from .streams import as_stream
-
-    for s in streams:
-        as_stream(s).synchronize()
-
-
-def after_futhark(futhark_object: Any) -> None:
-    """Call before reading a Futhark output with our kernels: sync the Futhark context that made it.
-
-    Accepts anything with a ``sync()`` method (a pybridge.futhark library or context) or with a
-    ``context`` attribute that has one (a handle).
-    """
-    target = futhark_object
-    for _ in range(3):
-        sync = getattr(target, "sync", None)
-        if callable(sync):
-            sync()
-            return
-        target = getattr(target, "context", None)
-        if target is None:
-            break
-    raise TypeError(
-        f"after_futhark needs a Futhark library, context or handle (something with sync()), "
-        f"got {type(futhark_object).__name__}"
-    )

@@ -55,7 +55,7 @@ from . import _driver
 from .arrays import DeviceArray
 from .context import ensure_context
 from .errors import CudaError, LaunchError, error_for_code, from_pycuda_error
-from .launch import Dim3, LaunchConfig
+from .launch_config import Dim3, LaunchConfig
 from .signature import KernelSignature, Param, parse_signature
 from .streams import DEFAULT_STREAM, Stream, as_stream
 

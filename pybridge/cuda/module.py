@@ -27,7 +27,7 @@ from .context import compute_capability, ensure_context, pycuda_driver
 from .declarations import SourceDeclarations
 from .errors import CudaError, from_pycuda_error
 from .kernel import Kernel
-from .launch import LaunchConfig
+from .launch_config import LaunchConfig
 from .signature import KernelSignature, parse_signature
 
 __all__ = ["Module", "choose_image", "compile_source", "cubin_arch", "find_images", "load_compiled", "load_module"]
