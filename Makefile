@@ -55,7 +55,7 @@ CU_SM    := $(subst sm_,,$(CUDA_ARCH))
 # Machine code for CUDA_ARCH plus PTX of the same level, which the driver JIT-compiles on newer GPUs.
 CU_GENCODE := -gencode arch=compute_$(CU_SM),code=sm_$(CU_SM) -gencode arch=compute_$(CU_SM),code=compute_$(CU_SM)
 NVCCFLAGS ?= -O3 -std=c++17 -lineinfo
-CU_OUTPUTS := $(foreach m,$(CU_MODS),$(CU_DIR)/$(m).cubin $(CU_DIR)/$(m).ptx $(CU_DIR)/lib$(m).so)
+CU_OUTPUTS := $(foreach m,$(CU_MODS),$(CU_DIR)/$(m).cubin $(CU_DIR)/$(m).ptx $(CU_DIR)/lib$(m).so $(CU_DIR)/lib$(m).launchers.json)
 
 HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo yes)
 NVCC_MISSING := skipped kernels_cu/*.cu: CUDA compiler '$(NVCC)' not found. \
@@ -116,6 +116,13 @@ $(CU_DIR)/%.ptx: kernels_cu/%.cu $(CU_HDRS)
 $(CU_DIR)/lib%.so: kernels_cu/%.cu $(CU_HDRS)
 	@mkdir -p $(CU_DIR)
 	$(NVCC) $(NVCCFLAGS) $(CU_GENCODE) -shared -Xcompiler -fPIC -o $@ $<
+
+# The host launchers' declarations, read from the .cu's own lines (their /*[n]*/ sizes), for
+# pybridge.cuda.load_launchers. Standard-library Python: runs before `pip install`; -I keeps
+# pybridge/cuda off sys.path.
+$(CU_DIR)/lib%.launchers.json: kernels_cu/%.cu pybridge/cuda/launcher_sidecar.py
+	@mkdir -p $(CU_DIR)
+	$(PYTHON) -I pybridge/cuda/launcher_sidecar.py $< $@
 
 # ---- Tests and housekeeping
 test: all

@@ -13,7 +13,7 @@ import numpy as np
 
 from pybridge import cuda
 from pybridge.bench.gpu import format_rows, time_device
-from pybridge.cuda import catalog
+from pybridge.demo import catalog
 
 
 # Kernels of scan_variants.cu: scan_l<look-back words per lane>_i<items per thread>_b<min blocks>[...].

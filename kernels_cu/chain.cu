@@ -36,7 +36,7 @@ extern "C" __global__ void chain_step(const float* x, float* out, int64_t n, int
 
 PB_DEFINE_ERROR_HELPERS
 
-extern "C" int launch_chain(const float* x, float* out, int64_t n, int32_t nops, void* stream) {
+extern "C" int launch_chain(const float* x /*[n]*/, float* out /*[n]*/, int64_t n, int32_t nops, void* stream) {
     if (n < 0 || nops < 0) return static_cast<int>(cudaErrorInvalidValue);
     if (n == 0) return static_cast<int>(cudaSuccess);
     const int block = 256;
@@ -44,7 +44,7 @@ extern "C" int launch_chain(const float* x, float* out, int64_t n, int32_t nops,
     return static_cast<int>(cudaGetLastError());
 }
 
-extern "C" int launch_chain_step(const float* x, float* out, int64_t n, int32_t k, void* stream) {
+extern "C" int launch_chain_step(const float* x /*[n]*/, float* out /*[n]*/, int64_t n, int32_t k, void* stream) {
     if (n < 0) return static_cast<int>(cudaErrorInvalidValue);
     if (n == 0) return static_cast<int>(cudaSuccess);
     const int block = 256;

@@ -43,7 +43,7 @@ PB_DEFINE_ERROR_HELPERS
 
 // Zeroes bins, then counts. Uses shared memory up to the device's opt-in limit per block (227 KiB,
 // about 58,000 bins, on an H100), global atomics beyond.
-extern "C" int launch_histogram(const int32_t* x, int32_t* bins, int64_t n, int32_t nbins,
+extern "C" int launch_histogram(const int32_t* x /*[n]*/, int32_t* bins /*[nbins]*/, int64_t n, int32_t nbins,
                                 void* stream) {
     if (n < 0 || nbins < 0) return static_cast<int>(cudaErrorInvalidValue);
     if (nbins == 0) return static_cast<int>(cudaSuccess);

@@ -36,7 +36,7 @@ extern "C" __global__ void mandelbrot(int32_t* __restrict__ out, int32_t w, int3
 
 PB_DEFINE_ERROR_HELPERS
 
-extern "C" int launch_mandelbrot(int32_t* out, int32_t w, int32_t h, float x0, float y0, float dx,
+extern "C" int launch_mandelbrot(int32_t* out /*[h*w]*/, int32_t w, int32_t h, float x0, float y0, float dx,
                                  float dy, int32_t max_iter, void* stream) {
     if (w < 0 || h < 0) return static_cast<int>(cudaErrorInvalidValue);
     if (w == 0 || h == 0) return static_cast<int>(cudaSuccess);

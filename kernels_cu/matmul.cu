@@ -220,7 +220,7 @@ matmul(const float* __restrict__ a, const float* __restrict__ b, float* __restri
 
 PB_DEFINE_ERROR_HELPERS
 
-extern "C" int launch_matmul(const float* a, const float* b, float* c, int32_t m, int32_t n,
+extern "C" int launch_matmul(const float* a /*[m*k]*/, const float* b /*[k*n]*/, float* c /*[m*n]*/, int32_t m, int32_t n,
                              int32_t k, void* stream) {
     if (m < 0 || n < 0 || k < 0) return static_cast<int>(cudaErrorInvalidValue);
     if (m == 0 || n == 0) return static_cast<int>(cudaSuccess);  // C is empty

@@ -140,7 +140,8 @@ extern "C" int64_t sum_scratch_floats(int64_t n) {
 // scratch: at least sum_scratch_floats(n) floats (SUM_MAX_PARTIALS + 1 always suffices), ZEROED
 // before its first use; every launch leaves it usable for the next (sum_single resets its counter),
 // as long as launches sharing it are ordered (one stream). One launch (sum_single); n == 0 writes 0.
-extern "C" int launch_sum(const float* x, float* out, int64_t n, float* scratch, void* stream) {
+extern "C" int launch_sum(const float* x /*[n]*/, float* out /*[1]*/, int64_t n,
+                          float* scratch /*[min((n + 255) / 256, 1024) + 1]*/, void* stream) {
     if (n < 0) return static_cast<int>(cudaErrorInvalidValue);
     const int64_t p = sum_num_partials(n);
     if (p > 0) {

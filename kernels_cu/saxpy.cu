@@ -7,7 +7,7 @@
 // float4s, SAXPY_UNROLL of them per thread and array in flight before the first use, in a
 // grid-stride loop over groups of blockDim.x * SAXPY_UNROLL vectors; the last n % 4 elements (and
 // every element when a pointer is misaligned) take the scalar loop. Correct for any grid and block;
-// launch_saxpy (and catalog.saxpy_config) pick ceil(n / SAXPY_BLOCK_ELEMS) blocks of SAXPY_BLOCK.
+// launch_saxpy (and pybridge/demo/catalog.saxpy_config) pick ceil(n / SAXPY_BLOCK_ELEMS) blocks of SAXPY_BLOCK.
 #include "common.cuh"
 
 #define SAXPY_BLOCK 256
@@ -60,8 +60,9 @@ static inline unsigned int saxpy_blocks(int64_t n) {
     return static_cast<unsigned int>(blocks);
 }
 
-extern "C" int launch_saxpy(float a, const float* x, const float* y, float* out, int64_t n,
-                            void* stream) {
+// Sizes in /*[...]*/: the launcher's declaration for pybridge (make writes it to libsaxpy.launchers.json).
+extern "C" int launch_saxpy(float a, const float* x /*[n]*/, const float* y /*[n]*/, float* out /*[n]*/,
+                            int64_t n, void* stream) {
     if (n < 0) return static_cast<int>(cudaErrorInvalidValue);
     if (n == 0) return static_cast<int>(cudaSuccess);
     saxpy<<<saxpy_blocks(n), SAXPY_BLOCK, 0, PB_STREAM(stream)>>>(a, x, y, out, n);

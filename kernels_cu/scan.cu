@@ -244,7 +244,8 @@ extern "C" int64_t scan_scratch_floats(int64_t n) {
 }
 
 // scratch: at least scan_scratch_floats(n) floats, 8-byte aligned; cleared here, then used.
-extern "C" int launch_scan(const float* x, float* out, int64_t n, float* scratch, void* stream) {
+extern "C" int launch_scan(const float* x /*[n]*/, float* out /*[n]*/, int64_t n,
+                           float* scratch /*[2 * (1 + (n + 8191) / 8192)]*/, void* stream) {
     if (n < 0) return static_cast<int>(cudaErrorInvalidValue);
     const int64_t tiles = scan_num_tiles(n);
     if (tiles == 0) return static_cast<int>(cudaSuccess);

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pybridge.cuda import _cshim, catalog
+from pybridge.cuda import _cshim
 from pybridge.cuda.signature import parse_signature
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,7 +145,7 @@ def _launchers(monkeypatch, abi: bool):
 
         monkeypatch.setattr(_cshim, "compile_shim", no_compiler)
     monkeypatch.setattr(lmod, "ensure_context", lambda device=0: None)
-    sigs = [parse_signature(d) for d in catalog.MODULES["saxpy"].launchers]
+    sigs, _ = lmod.read_sidecar(so.with_name("libsaxpy.launchers.json"))  # make writes it beside the library
     return lmod.Launchers(so, sigs, "")
 
 

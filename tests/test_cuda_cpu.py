@@ -19,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pybridge.cuda import catalog
 from pybridge import interop as P
 from pybridge.cuda.arrays import DeviceArray
 from pybridge.cuda.errors import (
@@ -41,7 +40,10 @@ from pybridge.cuda.signature import (
     parse_signature,
     parse_size_expr,
 )
+from pybridge.cuda.launcher_sidecar import read_host_functions
 from pybridge.cuda.streams import Stream
+from pybridge.demo import catalog
+from pybridge.demo import examples as E
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ["saxpy", "reduce", "scan", "matmul", "histogram", "mandelbrot", "chain"]
@@ -72,8 +74,6 @@ def test_catalog_declarations_parse(module: str) -> None:
         sig = parse_signature(decl)
         assert sig.name == name
         assert parse_signature(str(sig)) == sig  # printing is faithful
-    for decl in entry.launchers:
-        assert parse_signature(decl).name.startswith("launch_")
 
 
 def test_c_prototype_is_accepted() -> None:
@@ -261,7 +261,7 @@ def test_size_expression_evaluation(text: str, n: int, m: int) -> None:
 
 
 def test_c_declaration_for_cffi() -> None:
-    sig = parse_signature(catalog.MODULES["reduce"].launchers[0])
+    sig = parse_signature(read_host_functions((ROOT / "kernels_cu" / "reduce.cu").read_text())["launchers"][0])
     assert sig.c_declaration(return_type="int", extra=("void* stream",)) == (
         "int launch_sum(const float* x, float* out, int64_t n, float* scratch, void* stream);"
     )
@@ -596,7 +596,7 @@ def cuda_build() -> Path:
 @needs_nvcc
 @pytest.mark.parametrize("module", MODULES)
 def test_make_cuda_outputs(cuda_build: Path, module: str) -> None:
-    for f in (f"{module}.cubin", f"{module}.ptx", f"lib{module}.so"):
+    for f in (f"{module}.cubin", f"{module}.ptx", f"lib{module}.so", f"lib{module}.launchers.json"):
         assert (cuda_build / f).is_file() and (cuda_build / f).stat().st_size > 0, f
     assert cubin_arch(cuda_build / f"{module}.cubin") == (9, 0)  # CUDA_ARCH defaults to sm_90
     ptx = (cuda_build / f"{module}.ptx").read_text()
@@ -610,11 +610,10 @@ def test_make_cuda_outputs(cuda_build: Path, module: str) -> None:
 def test_launcher_library_on_cpu(cuda_build: Path, module: str) -> None:
     """The launchers' argument checks in C run before any CUDA call, so they work without a GPU."""
     cffi = pytest.importorskip("cffi")
-    from pybridge.cuda.launchers import Launchers
+    from pybridge.cuda.launchers import Launchers, read_sidecar
 
-    entry = catalog.MODULES[module]
-    sigs = [parse_signature(d) for d in entry.launchers]
-    lib = Launchers(cuda_build / f"lib{module}.so", sigs, entry.extra_cdef)
+    sigs, extra_cdef = read_sidecar(cuda_build / f"lib{module}.launchers.json")  # written by make
+    lib = Launchers(cuda_build / f"lib{module}.so", sigs, extra_cdef)
     assert lib.error_string(700) == "an illegal memory access was encountered"
     assert lib.error_string(0) == "no error"
     for sig in sigs:
@@ -664,8 +663,8 @@ def test_catalog_constants_match_the_kernels() -> None:
     assert define("matmul", "MM_THREADS") == catalog.MM_THREADS
     assert define("histogram", "HIST_BLOCK") == catalog.HIST_BLOCK
     # The chain constants in hex are exactly np.float32(1.0001) and np.float32(0.001).
-    assert float.fromhex("0x1.00068ep+0") == float(catalog.CHAIN_MUL)
-    assert float.fromhex("0x1.0624dep-10") == float(catalog.CHAIN_ADD)
+    assert float.fromhex("0x1.00068ep+0") == float(E.CHAIN_MUL)
+    assert float.fromhex("0x1.0624dep-10") == float(E.CHAIN_ADD)
     assert "0x1.00068ep+0f" in src["chain"] and "0x1.0624dep-10f" in src["chain"]
     for module in MODULES:  # every kernel of the catalog is defined extern "C" in its .cu
         for kernel in catalog.MODULES[module].kernels:
@@ -678,7 +677,7 @@ def test_catalog_constants_match_the_kernels() -> None:
 
 def test_reference_mandelbrot_matches_a_scalar_loop() -> None:
     w, h, x0, y0, dx, dy, it = 23, 17, -2.1, -1.2, 0.13, 0.15, 40
-    got = catalog.reference_mandelbrot(w, h, x0, y0, dx, dy, it)
+    got = E.mandelbrot_reference(w, h, x0, y0, dx, dy, it, nan_stops=False)  # the kernel's rule
     f = np.float32
     for i in range(h):
         for j in range(w):
@@ -694,22 +693,25 @@ def test_reference_mandelbrot_matches_a_scalar_loop() -> None:
                 n += 1
             assert got[i, j] == n, (i, j)
     assert got.dtype == np.int32 and got.shape == (h, w)
-    assert catalog.reference_mandelbrot(0, 3, 0, 0, 1, 1, 5).shape == (3, 0)
+    assert E.mandelbrot_reference(0, 3, 0, 0, 1, 1, 5, nan_stops=False).shape == (3, 0)
+    # Only a NaN |z|^2 tells the two loops apart: Futhark's `while <= 4` stops, the kernel's `> 4` goes on.
+    assert E.mandelbrot_reference(1, 1, np.nan, 0, 0, 0, 10)[0, 0] == 1
+    assert E.mandelbrot_reference(1, 1, np.nan, 0, 0, 0, 10, nan_stops=False)[0, 0] == 10
 
 
 def test_reference_chain_and_histogram() -> None:
     x = np.linspace(-3, 3, 50, dtype=np.float32)
-    got = catalog.reference_chain(x, 5)
+    got = E.chain_reference(x, 5)
     for idx, v in enumerate(x):
         for k in range(1, 6):
             v = np.float32(v * np.float32(1.0001) + np.float32(k) * np.float32(0.001))
         assert got[idx] == v
-    np.testing.assert_array_equal(catalog.reference_chain(x, 0), x)
+    np.testing.assert_array_equal(E.chain_reference(x, 0), x)
     vals = np.array([0, 1, 1, -1, 5, 4, 4, 4, 2**31 - 1, -(2**31)], np.int32)
     c = Counter(int(v) for v in vals if 0 <= v < 5)
-    np.testing.assert_array_equal(catalog.reference_histogram(vals, 5), [c[i] for i in range(5)])
-    assert catalog.reference_sum(np.array([1e8, 1.0, -1e8], np.float32)) == 1.0
-    assert math.isclose(catalog.reference_saxpy(2.0, np.ones(3, np.float32), np.ones(3, np.float32))[0], 3.0)
+    np.testing.assert_array_equal(E.histogram_reference(5, vals), [c[i] for i in range(5)])
+    assert E.sum_reference(np.array([1e8, 1.0, -1e8], np.float32)) == 1.0
+    assert E.saxpy_reference(2.0, np.ones(3, np.float32), np.ones(3, np.float32)).tolist() == [3.0] * 3
 
 
 # ------------------------------------------------------------------------------ import without PyCUDA

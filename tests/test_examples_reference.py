@@ -1,4 +1,4 @@
-"""Unit tests of the example catalog itself (pybridge/examples.py): the NumPy references, the
+"""Unit tests of the example catalog itself (pybridge/demo/examples.py): the NumPy references, the
 tolerance rules and the input makers, and the catalog's agreement with futhark/*.fut and the
 reference probe program.  Needs neither Futhark nor a GPU."""
 
@@ -18,7 +18,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pybridge import examples as E
+from pybridge.demo import examples as E
 
 ROOT = Path(__file__).resolve().parents[1]
 FUTHARK_DIR = ROOT / "futhark"
@@ -166,7 +166,7 @@ def test_find_library_uses_build_dirs(tmp_path, monkeypatch):
 
 def test_import_does_not_pull_in_futhark_or_cuda():
     code = (
-        "import sys, pybridge.examples\n"
+        "import sys, pybridge.demo.examples\n"
         "bad = [m for m in sys.modules if m.startswith(('pybridge.futhark', 'pybridge.cuda'))]\n"
         "assert not bad, bad\n"
     )

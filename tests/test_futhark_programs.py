@@ -1,6 +1,6 @@
 """The programs in futhark/*.fut, run through pybridge.futhark, property-tested with
 pybridge.testing.check_against against the NumPy references and tolerance rules of the example
-catalog (pybridge/examples.py).
+catalog (pybridge/demo/examples.py).
 
 Inputs come from each entry point's manifest and its header in futhark/<prog>.fut (so ``[n]``
 shared between parameters, and size parameters such as ``nbins`` or ``w``/``h``, are honoured);
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from pybridge import examples as E
+from pybridge.demo import examples as E
 from pybridge.paths import find_build_file
 from pybridge.testing import check_against, elements, to_numpy
 
@@ -114,7 +114,7 @@ def entry(lib: Any, name: str) -> Any:
 
 def check_example(name: str, lib: Any, *, demo_sizes: Iterable[int] = DEMO_SIZES, examples=(), **options: Any) -> None:
     """check_against(the catalog's reference, the entry point) under the catalog's tolerance rule
-    (its reasoning is in pybridge/examples.py, at the example), with the demo inputs as examples."""
+    (its reasoning is in pybridge/demo/examples.py, at the example), with the demo inputs as examples."""
     ex = E.get(name)
     options.setdefault("settings", SETTINGS)
     check_against(ex.reference, entry(lib, name), rule=ex.tolerance,

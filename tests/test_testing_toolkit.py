@@ -620,7 +620,7 @@ def test_reduction_option_on_a_summation() -> None:
 
 
 def test_rule_option_takes_the_catalogs_tolerances() -> None:
-    from pybridge import examples as E
+    from pybridge.demo import examples as E
 
     ex = E.get("saxpy")
     check_against(ex.reference, lambda a, xs, ys: a * xs + ys, rule=ex.tolerance, signature=SAXPY_HEADER,
@@ -1046,7 +1046,7 @@ def test_lifecycle_machine_catches_a_leak(monkeypatch: pytest.MonkeyPatch, offby
 def test_on_device_wraps_device_functions() -> None:
     from pybridge.testing import on_device
 
-    def device_saxpy(a: Any, x: _Dev, y: _Dev) -> _Dev:  # like pybridge.cuda.catalog.cuda_saxpy
+    def device_saxpy(a: Any, x: _Dev, y: _Dev) -> _Dev:  # like pybridge.demo.catalog.cuda_saxpy
         assert isinstance(x, _Dev) and isinstance(y, _Dev)
         return _Dev(a * x.a + y.a)
 

@@ -88,7 +88,7 @@ def _futhark_cases(n: int, x: np.ndarray, y: np.ndarray) -> list[tuple[str, Call
 
 def _gpu_rows(exponents: list[int], repeat: int, futhark: bool) -> list[dict[str, Any]]:
     from pybridge import cuda
-    from pybridge.cuda import catalog
+    from pybridge.demo import catalog
     from pybridge.cuda.context import pycuda_driver
 
     drv = pycuda_driver()

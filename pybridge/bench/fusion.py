@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         ok, pwhy = pycuda_status()
         if ok:
             from pybridge import cuda
-            from pybridge.cuda import catalog
+            from pybridge.demo import catalog
             from .common import cuda_sync
         else:
             rows.append(skipped("fusion", "pybridge.cuda", pwhy))

@@ -82,7 +82,7 @@ def _tf32_matmul() -> Callable[[Any, Any, Any], Any] | None:
 def _gpu_rows(sizes: list[int], repeat: int, futhark: bool) -> list[dict[str, Any]]:
     os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS in float32 arithmetic (CuPy's default too)
     from pybridge import cuda
-    from pybridge.cuda import catalog
+    from pybridge.demo import catalog
 
     try:
         import cupy as cp

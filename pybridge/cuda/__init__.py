@@ -10,10 +10,14 @@
     mod = cuda.compile(cuda_c_text, options=["-DBLOCK=128"])   # your own CUDA C (or load_module("k.cu"))
     mod.kernel("saxpy")                                    # declared in the source: see declarations
 
-Layers: signature (declarations) -> module (cubin/PTX via PyCUDA) -> kernel (checked, prepared
-launches) -> launch (configurations); declarations (read from CUDA C source) and compiler (nvcc,
-cached) feed module for your own sources. arrays/streams handle memory and ordering, context says which
-CUDA context owns what, catalog has our own kernels as whole operations.
+Layers (cuda.core's model: Program -> ObjectCode -> Kernel, launch(stream, config, kernel, *args)):
+signature (declarations) -> module (cubin/PTX via PyCUDA) -> kernel (checked, prepared launches)
+-> launch; launch_config (grid/block sizes) sits below kernel. declarations (read from CUDA C
+source) and compiler (nvcc, cached) feed module for your own sources. context says which CUDA
+context owns what; streams and arrays (above it) handle ordering and memory; futhark_boundary
+(above both) orders work across the boundary with Futhark's context. launchers binds the host
+launchers of ``make``'s libraries, declared by the sidecar launcher_sidecar writes.
+The project's own kernels as whole operations live in :mod:`pybridge.demo.catalog`, not here.
 
 PyCUDA is optional at import time: ``import pybridge.cuda`` works without it (signatures, argument
 checks, errors and launch configurations are pure Python); whatever needs the GPU raises an
@@ -22,7 +26,6 @@ ImportError saying ``pip install 'pybridge[cuda]'``.
 
 from __future__ import annotations
 
-from . import catalog
 from .arrays import DeviceArray, as_device_array, empty, from_cai, from_dlpack, to_device, zeros
 from .compiler import CompiledSource, CompileError, build_source
 from .context import PYCUDA_HINT, device_count, ensure_context, have_pycuda
@@ -65,7 +68,6 @@ __all__ = [
     "bind_args",
     "build_source",
     "compile",
-    "catalog",
     "device_count",
     "empty",
     "ensure_context",

@@ -2,8 +2,10 @@
 
 Each ``kernels_cu/<mod>.cu`` also builds into a shared library of ``extern "C" int launch_*(...,
 void* stream)`` functions (cudart, launch configuration chosen in C, ``cudaError_t`` returned as an
-int). The launchers are declared here in the same syntax as kernels (without the trailing stream),
-so the declaration gives both the cffi ``cdef`` and the argument checks::
+int). Their declarations come from the ``.cu`` file itself: ``make`` writes them beside the library
+as ``lib<mod>.launchers.json`` (:mod:`~pybridge.cuda.launcher_sidecar`), in the same syntax as
+kernels (without the trailing stream), so one declaration gives both the cffi ``cdef`` and the
+argument checks; declarations passed by hand take precedence::
 
     lib = load_launchers("saxpy")
     lib.launch_saxpy(2.0, x, y, out, n, stream=s)
@@ -25,13 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
+from ..errors import PybridgeError
 from .context import ensure_context
 from .errors import error_for_code
 from .kernel import order_after_producers, order_before, plan_for, reorder_replay
-from .signature import KernelSignature, parse_signature
+from .launcher_sidecar import FORMAT, sidecar_path
+from .signature import KernelSignature, SignatureError, parse_signature
 from .streams import DEFAULT_STREAM, as_stream
 
-__all__ = ["Launcher", "Launchers", "cdef_for", "load_launchers"]
+__all__ = ["Launcher", "Launchers", "SidecarError", "cdef_for", "load_launchers", "read_sidecar"]
 
 CFFI_HINT = "the host launchers need cffi: pip install cffi  (it comes with pip install 'pybridge[cuda]')"
 
@@ -206,6 +210,36 @@ _cache: dict[str, Launchers] = {}
 _lock = threading.Lock()
 
 
+class SidecarError(PybridgeError, ValueError):
+    """A ``lib<mod>.launchers.json`` that cannot be used; the message names the file."""
+
+
+def read_sidecar(path: Path) -> tuple[list[KernelSignature], str]:
+    """The launcher declarations and extra cdef that ``make`` wrote to ``path``."""
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise SidecarError(f"{path}: not a launcher declaration file ({e}); rebuild it with `make cuda`") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        got = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise SidecarError(f"{path}: expected format {FORMAT!r}, got {got!r}; rebuild it with `make cuda`")
+    lists = {}
+    for key in ("launchers", "cdef"):
+        value = data.get(key)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise SidecarError(f"{path}: {key!r} must be a list of strings, got {value!r:.80}")
+        lists[key] = value
+    sigs = []
+    for text in lists["launchers"]:
+        try:
+            sigs.append(parse_signature(text))
+        except SignatureError as e:
+            raise SidecarError(f"{path}: launcher declaration {text!r}: {e.reason}") from None
+    return sigs, "\n".join(lists["cdef"])
+
+
 def load_launchers(
     name_or_path: str | os.PathLike[str],
     declarations: Sequence[str | KernelSignature] | None = None,
@@ -214,7 +248,8 @@ def load_launchers(
 ) -> Launchers:
     """Bind ``lib<name>.so`` from the build directories (or a path).
 
-    ``declarations`` default to the catalog's for our own modules (:mod:`pybridge.cuda.catalog`).
+    ``declarations`` and ``extra_cdef`` (prototypes of the library's other C functions) default to
+    the ``lib<name>.launchers.json`` that ``make`` wrote beside it; given ones are used instead.
     """
     spec = os.fspath(name_or_path)
     if isinstance(name_or_path, Path) or "/" in spec or spec.endswith(".so"):
@@ -230,15 +265,17 @@ def load_launchers(
     if not path.is_file():
         raise FileNotFoundError(f"no such launcher library: {path}")
     if declarations is None or extra_cdef is None:
-        from . import catalog
-
-        entry = catalog.MODULES.get(mod_name)
-        if declarations is None:
-            if entry is None:
-                raise ValueError(f"{mod_name} is not in the catalog: pass its launcher declarations")
-            declarations = entry.launchers
-        if extra_cdef is None:
-            extra_cdef = entry.extra_cdef if entry is not None else ""
+        sidecar = sidecar_path(path)
+        if declarations is None and not sidecar.is_file():
+            raise FileNotFoundError(
+                f"{sidecar}: no launcher declarations beside {path.name} (make writes them from "
+                f"kernels_cu/{mod_name}.cu: `make cuda`); or pass declarations=[...]"
+            )
+        if sidecar.is_file():
+            from_file, file_cdef = read_sidecar(sidecar)
+            declarations = from_file if declarations is None else declarations
+            extra_cdef = file_cdef if extra_cdef is None else extra_cdef
+        extra_cdef = extra_cdef or ""
     sigs = [parse_signature(d) if isinstance(d, str) else d for d in declarations]
     key = f"{path}|{'|'.join(str(s) for s in sigs)}|{extra_cdef}"
     with _lock:

@@ -24,6 +24,9 @@ import numpy as np
 import pytest
 from cuda_gpu_support import ROOT, Big, first_mismatch, require_cuda
 
+from pybridge.demo import catalog
+from pybridge.demo import examples as E
+
 pytestmark = pytest.mark.gpu
 
 HERE = Path(__file__).resolve().parent
@@ -104,7 +107,7 @@ def test_cupy_to_us_zero_copy(via: str) -> None:
     d = cuda.as_device_array(x, prefer=via)
     assert d.ptr == x.data.ptr, f"{via}: our pointer 0x{d.ptr:x} != CuPy's 0x{x.data.ptr:x} (a copy was made)"
     # Writes through our kernel land in CuPy's memory.
-    cuda.catalog.cuda_saxpy(2.0, d, d, out=d)
+    catalog.cuda_saxpy(2.0, d, d, out=d)
     cp.cuda.runtime.deviceSynchronize()
     assert cp.array_equal(x, cp.arange(1000, dtype=cp.float32) * 3)
 
@@ -133,7 +136,7 @@ def keep_busy(stream: Any) -> None:
 
     if "x" not in _busy:
         _busy["x"], _busy["out"] = cuda.zeros(2**22), cuda.empty(2**22)
-    cuda.catalog.cuda_chain(_busy["x"], 150_000, out=_busy["out"], stream=stream)
+    catalog.cuda_chain(_busy["x"], 150_000, out=_busy["out"], stream=stream)
 
 
 def test_cupy_producer_stream_is_honoured() -> None:
@@ -156,7 +159,7 @@ def test_cupy_producer_stream_is_honoured() -> None:
         assert cai.get("stream") not in (None, 0), f"CuPy did not export its stream: {cai.get('stream')!r}"
         ours = cuda.Stream(non_blocking=True)
         yd = cuda.as_device_array(y, stream=ours)
-        out = cuda.catalog.cuda_saxpy(1.0, yd, cuda.zeros(n), stream=ours)  # 1*y + 0 == y exactly
+        out = catalog.cuda_saxpy(1.0, yd, cuda.zeros(n), stream=ours)  # 1*y + 0 == y exactly
     got = out.get()
     want = x0 * np.float32(2.0) + np.float32(1.0)
     assert np.array_equal(got, want), "our stream did not wait for CuPy's: " + first_mismatch(got, want)
@@ -172,11 +175,11 @@ def test_our_pending_stream_is_honoured_by_cupy() -> None:
     xd = cuda.to_device(x0)
     s = cuda.Stream(non_blocking=True)
     keep_busy(s)
-    out = cuda.catalog.cuda_chain(xd, 5, stream=s)
+    out = catalog.cuda_chain(xd, 5, stream=s)
     assert out.__cuda_array_interface__["stream"] == s.handle
     with cp.cuda.Stream(non_blocking=True):
         got = cp.asnumpy(cp.asarray(out).copy())
-    want = cuda.catalog.reference_chain(x0, 5)
+    want = E.chain_reference(x0, 5)
     assert np.array_equal(got, want), "CuPy did not wait for our CAI stream: " + first_mismatch(got, want)
 
 
@@ -206,7 +209,7 @@ def test_torch_to_us_zero_copy(via: str) -> None:
     t = torch.arange(1000, dtype=torch.float32, device="cuda")
     d = cuda.as_device_array(t, prefer=via)
     assert d.ptr == t.data_ptr(), f"{via}: our pointer 0x{d.ptr:x} != torch's 0x{t.data_ptr():x}"
-    cuda.catalog.cuda_saxpy(2.0, d, d, out=d)
+    catalog.cuda_saxpy(2.0, d, d, out=d)
     torch.cuda.synchronize()
     assert torch.equal(t.cpu(), torch.arange(1000, dtype=torch.float32) * 3)
 
@@ -234,12 +237,12 @@ def test_torch_dlpack_consumer_stream_waits_for_our_work() -> None:
     xd = cuda.to_device(x0)
     s = cuda.Stream(non_blocking=True)
     keep_busy(s)
-    out = cuda.catalog.cuda_chain(xd, 5, stream=s)
+    out = catalog.cuda_chain(xd, 5, stream=s)
     ts = torch.cuda.Stream()
     with torch.cuda.stream(ts):
         t = torch.from_dlpack(out)
         got = (t + 0).cpu().numpy()
-    want = cuda.catalog.reference_chain(x0, 5)
+    want = E.chain_reference(x0, 5)
     assert np.array_equal(got, want), "torch's stream did not wait for ours: " + first_mismatch(got, want)
 
 
@@ -259,10 +262,10 @@ def test_kernel_launch_on_a_torch_stream() -> None:
             m = (m @ m) * 1e-4
         x = xg * 2.0
         out = torch.empty(n, device="cuda", dtype=torch.float32)
-        cuda.catalog.cuda_chain(x, 7, out=out, stream=ts)
+        catalog.cuda_chain(x, 7, out=out, stream=ts)
         following = out + 0.0  # queued on ts after our kernel
     ts.synchronize()
-    want = cuda.catalog.reference_chain(x0 * np.float32(2.0), 7)
+    want = E.chain_reference(x0 * np.float32(2.0), 7)
     got = following.cpu().numpy()
     assert np.array_equal(got, want), "launch on a torch stream was not ordered: " + first_mismatch(got, want)
 
@@ -277,7 +280,7 @@ def test_numba_to_us_zero_copy_cai() -> None:
     a = nc.to_device(np.arange(100, dtype=np.float32))
     d = cuda.as_device_array(a)
     assert d.ptr == cai_ptr(a), f"our pointer 0x{d.ptr:x} != numba's 0x{cai_ptr(a):x}"
-    cuda.catalog.cuda_saxpy(2.0, d, d, out=d)
+    catalog.cuda_saxpy(2.0, d, d, out=d)
     assert np.array_equal(a.copy_to_host(), np.arange(100, dtype=np.float32) * 3)
 
 
@@ -325,7 +328,7 @@ def test_numba_dlpack_both_ways() -> None:
 def test_argument_errors_name_kernel_and_parameter() -> None:
     from pybridge import cuda
 
-    k = cuda.catalog.get_kernel("saxpy")
+    k = catalog.get_kernel("saxpy")
     n = 16
     x, y, out = cuda.to_device(np.ones(n, np.float32)), cuda.to_device(np.ones(n, np.float32)), cuda.empty(n)
     cfg = cuda.LaunchConfig(1, 256)
@@ -361,7 +364,7 @@ def test_argument_errors_name_kernel_and_parameter() -> None:
 def test_bad_launch_configuration_is_a_launch_error() -> None:
     from pybridge import cuda
 
-    k = cuda.catalog.get_kernel("chain", "chain")
+    k = catalog.get_kernel("chain", "chain")
     x, out = cuda.to_device(np.ones(10, np.float32)), cuda.empty(10)
     with pytest.raises(cuda.LaunchError, match="threads"):
         k(x, out, 10, 1, grid=1, block=(32, 64))  # caught before CUDA: 2048 threads
@@ -369,7 +372,7 @@ def test_bad_launch_configuration_is_a_launch_error() -> None:
         k(x, out, 10, 1, grid=1, block=256, shared_mem=1 << 20)  # 1 MiB of shared memory: CUDA says no
     assert e.value.kernel == "chain" and "shared_mem=1048576" in str(e.value)
     k(x, out, 10, 1, grid=1, block=256)  # the context is still fine
-    assert np.array_equal(out.get(), cuda.catalog.reference_chain(np.ones(10, np.float32), 1))
+    assert np.array_equal(out.get(), E.chain_reference(np.ones(10, np.float32), 1))
 
 
 # ------------------------------------------------------------------------------ sticky errors

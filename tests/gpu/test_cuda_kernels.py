@@ -43,6 +43,8 @@ from cuda_gpu_support import EPS32, Big, dense, normal_f32, require_cuda, unifor
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from pybridge.demo import catalog
+from pybridge.demo import examples as E
 from pybridge.testing import check_against, on_device
 
 pytestmark = pytest.mark.gpu
@@ -115,8 +117,6 @@ def on_path(name: str, path: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def saxpy_on(path: str) -> Callable[..., Any]:
-    from pybridge.cuda import catalog
-
     def run(a: Any, x: Any, y: Any) -> Any:
         if path == "launcher":
             out = empty(x.size)
@@ -129,7 +129,7 @@ def saxpy_on(path: str) -> Callable[..., Any]:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_saxpy_exact(path: str) -> None:
-    from pybridge.cuda.catalog import reference_saxpy
+    from pybridge.demo.examples import saxpy_reference as reference_saxpy
 
     big = 2**24 + 3
     check_against(
@@ -149,8 +149,6 @@ def test_saxpy_exact(path: str) -> None:
 
 
 def sum_on(path: str) -> Callable[..., Any]:
-    from pybridge.cuda import catalog
-
     def run(x: Any) -> Any:
         if path == "launcher":
             out = empty(1)
@@ -163,10 +161,10 @@ def sum_on(path: str) -> Callable[..., Any]:
 
 
 def exact_sum(x: np.ndarray) -> np.ndarray:
-    """The exact sum (math.fsum), as the 1-element array the operation returns."""
-    from pybridge.cuda.catalog import reference_sum
+    """The sum (in f64, rounded once to f32), as the 1-element array the operation returns."""
+    from pybridge.demo.examples import sum_reference
 
-    return np.array([reference_sum(x)])
+    return np.array([sum_reference(x)])
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -183,7 +181,7 @@ def test_sum_accuracy(path: str) -> None:
 
 def test_sum_is_deterministic() -> None:
     """Same input => same bits, run after run, stream after stream, kernel or launcher."""
-    from pybridge.cuda import Stream, catalog, to_device
+    from pybridge.cuda import Stream, to_device
     from pybridge.testing import assert_close
 
     x = Big(2**24 + 3, 11).floats(scale=100.0)
@@ -225,7 +223,7 @@ def test_unaligned_arrays(offset: int) -> None:
     """The 16-byte paths fall back to scalar accesses for misaligned arrays, with the same results:
     saxpy exact, sum bit-identical to the aligned sum (its order does not depend on alignment),
     scan and matmul within their bounds; every output element written (outputs start as NaN)."""
-    from pybridge.cuda import catalog, to_device
+    from pybridge.cuda import to_device
     from pybridge.testing import assert_close
 
     rng = np.random.default_rng(100 + offset)
@@ -241,14 +239,14 @@ def test_unaligned_arrays(offset: int) -> None:
             catalog.cuda_saxpy(2.5, xv, yv, out=out)
         else:
             launchers("saxpy").launch_saxpy(2.5, xv, yv, out, n)
-        np.testing.assert_array_equal(out.get(), catalog.reference_saxpy(2.5, x, y))
+        np.testing.assert_array_equal(out.get(), E.saxpy_reference(2.5, x, y))
 
         out = _unaligned(nan, offset)
         if path == "kernel":
             catalog.cuda_scan(xv, out=out)
         else:
             launchers("scan").launch_scan(xv, out, n, empty(catalog.scan_scratch_floats(n)))
-        assert_close(out.get(), catalog.reference_scan(x), bound=scan_bound(x), what=f"unaligned scan [{path}]")
+        assert_close(out.get(), E.prefix_sum_reference(x), bound=scan_bound(x), what=f"unaligned scan [{path}]")
 
     aligned_sum = catalog.cuda_sum(to_device(x)).get()
     unaligned_sum = catalog.cuda_sum(xv).get()
@@ -261,15 +259,13 @@ def test_unaligned_arrays(offset: int) -> None:
     b = uniform_f32(rng, (k, nn), -2, 2)
     c = _unaligned(np.full((m, nn), np.nan, np.float32), offset)
     catalog.cuda_matmul(_unaligned(a, offset), _unaligned(b, offset), out=c)
-    assert_close(c.get(), catalog.reference_matmul(a, b), bound=matmul_bound(a, b), what="unaligned matmul")
+    assert_close(c.get(), E.matmul_reference(a, b), bound=matmul_bound(a, b), what="unaligned matmul")
 
 
 # ------------------------------------------------------------------------------------- scan
 
 
 def scan_on(path: str) -> Callable[..., Any]:
-    from pybridge.cuda import catalog
-
     def run(x: Any, inplace: Any) -> Any:
         if path == "launcher":
             out = x if inplace else empty(x.size)
@@ -288,7 +284,7 @@ def scan_bound(x: np.ndarray, inplace: Any = None) -> np.ndarray:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_scan_accuracy(path: str) -> None:
-    from pybridge.cuda.catalog import reference_scan
+    from pybridge.demo.examples import prefix_sum_reference as reference_scan
 
     check_against(
         lambda x, inplace: reference_scan(x), scan_on(path),
@@ -307,7 +303,6 @@ def test_scan_accuracy(path: str) -> None:
 def test_scan_any_grid(grid: int) -> None:
     """A grid smaller than the number of tiles (blocks loop over tiles), even one block, gives the scan."""
     from pybridge import cuda
-    from pybridge.cuda import catalog
     from pybridge.testing import assert_close
 
     n = 37 * catalog.SCAN_TILE + 7
@@ -315,15 +310,13 @@ def test_scan_any_grid(grid: int) -> None:
     out = cuda.to_device(np.full(n, np.nan, np.float32))
     status = cuda.zeros(catalog.scan_num_tiles(n) + 1, np.uint64)
     catalog.get_kernel("scan", "scan_lookback")(cuda.to_device(x), out, n, status, grid=grid, block=catalog.SCAN_BLOCK)
-    assert_close(out.get(), catalog.reference_scan(x), bound=scan_bound(x), what=f"scan, grid {grid}")
+    assert_close(out.get(), E.prefix_sum_reference(x), bound=scan_bound(x), what=f"scan, grid {grid}")
 
 
 # ------------------------------------------------------------------------------------- matmul
 
 
 def matmul_on(path: str) -> Callable[..., Any]:
-    from pybridge.cuda import catalog
-
     def run(a: Any, b: Any) -> Any:
         m, k = a.shape
         n = b.shape[1]
@@ -353,7 +346,7 @@ MATMUL_EDGES = (0, 1, 2, 3, 4, 5, 7, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129, 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_matmul_accuracy(path: str) -> None:
-    from pybridge.cuda.catalog import reference_matmul
+    from pybridge.demo.examples import matmul_reference as reference_matmul
 
     check_against(
         reference_matmul, matmul_on(path),
@@ -384,8 +377,6 @@ def test_matmul_accuracy(path: str) -> None:
 
 
 def histogram_on(path: str) -> Callable[..., Any]:
-    from pybridge.cuda import catalog
-
     def run(x: Any, nbins: Any) -> Any:
         nbins = int(nbins)
         if path == "launcher":
@@ -409,10 +400,8 @@ def histogram_example(n: int, seed: int, nbins: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_histogram_exact(path: str) -> None:
-    from pybridge.cuda.catalog import reference_histogram
-
     check_against(
-        reference_histogram, histogram_on(path),
+        lambda x, nbins: E.histogram_reference(nbins, x), histogram_on(path),
         signature="entry histogram [n] (x: [n]i32) (nbins: i32) : [nbins]i32",  # nbins: drawn like a size
         ranges={"n": (0, 5000), "nbins": (0, 800)}, extra_sizes={"n": SIZE_EDGES, "nbins": NBINS_EDGES},
         elements={"x": HIST_VALUES},
@@ -425,8 +414,6 @@ def test_histogram_exact(path: str) -> None:
 
 
 def mandelbrot_on(path: str) -> Callable[..., Any]:
-    from pybridge.cuda import catalog
-
     def run(w: Any, h: Any, x0: Any, y0: Any, dx: Any, dy: Any, max_iter: Any) -> Any:
         args = (int(w), int(h), float(x0), float(y0), float(dx), float(dy), int(max_iter))
         if path == "launcher":
@@ -449,7 +436,8 @@ def mandelbrot_example(w: int, h: int, x0: float, y0: float, dx: float, dy: floa
 
 @pytest.mark.parametrize("path", PATHS)
 def test_mandelbrot_exact(path: str) -> None:
-    from pybridge.cuda.catalog import reference_mandelbrot
+    def reference_mandelbrot(w: Any, h: Any, x0: Any, y0: Any, dx: Any, dy: Any, max_iter: Any) -> np.ndarray:
+        return E.mandelbrot_reference(w, h, x0, y0, dx, dy, max_iter, nan_stops=False)  # the kernel's NaN rule
 
     check_against(
         reference_mandelbrot, mandelbrot_on(path),
@@ -470,8 +458,6 @@ def test_mandelbrot_exact(path: str) -> None:
 
 def chain_on(path: str) -> Callable[..., Any]:
     """Both chains, (fused, unfused), on the same input."""
-    from pybridge.cuda import catalog
-
     def chain(x: Any, nops: int, fused: bool) -> Any:
         if path == "launcher":
             lib = launchers("chain")
@@ -496,7 +482,7 @@ def chain_on(path: str) -> Callable[..., Any]:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_chain_fused_equals_unfused_equals_numpy(path: str) -> None:
-    from pybridge.cuda.catalog import reference_chain
+    from pybridge.demo.examples import chain_reference as reference_chain
 
     def reference(x: np.ndarray, nops: Any) -> tuple[np.ndarray, np.ndarray]:
         want = reference_chain(x, nops)
@@ -513,33 +499,29 @@ def test_chain_fused_equals_unfused_equals_numpy(path: str) -> None:
 
 # ------------------------------------------------------------------------------------- Kernel objects
 # The single-launch kernels as pybridge.cuda Kernel objects, launched by the toolkit's KernelTarget:
-# inputs from each kernel's declaration in pybridge.cuda.catalog.MODULES (so ``n`` is the length of
+# inputs from each kernel's declaration in pybridge.demo.catalog.MODULES (so ``n`` is the length of
 # ``x[n]``, ``m*k`` that of ``a``), every non-const pointer random on entry and compared on exit.
 
 
 def _chain_step_reference(x: np.ndarray, out: np.ndarray, n: Any, k: Any) -> np.ndarray:
-    from pybridge.cuda.catalog import CHAIN_ADD, CHAIN_MUL
+    from pybridge.demo.examples import CHAIN_ADD, CHAIN_MUL
 
     return x * CHAIN_MUL + f32(k) * CHAIN_ADD  # (float)k is exact for |k| < 2^24
 
 
 def _histogram_adds(x: np.ndarray, bins: np.ndarray, n: Any, nbins: Any) -> np.ndarray:
-    from pybridge.cuda.catalog import reference_histogram
-
-    return bins + reference_histogram(x, int(nbins))  # both kernels add to bins (the caller zeroes them)
+    return bins + E.histogram_reference(int(nbins), x)  # both kernels add to bins (the caller zeroes them)
 
 
 def _kernel_cases() -> dict[str, tuple[str, str, Callable[..., Any], dict[str, Any]]]:
     """name -> (module, kernel, reference in parameter order, check_against options)."""
-    from pybridge.cuda import catalog
-
     histogram_options: dict[str, Any] = dict(
         ranges={"n": (0, 5000), "nbins": (0, 800), "bins": (-1000, 1000)}, elements={"x": HIST_VALUES},
     )
     return {
-        "saxpy": ("saxpy", "saxpy", lambda a, x, y, out, n: catalog.reference_saxpy(a, x, y),
+        "saxpy": ("saxpy", "saxpy", lambda a, x, y, out, n: E.saxpy_reference(a, x, y),
                   dict(**SIZES, **ALL_F32, **EXACT)),
-        "chain": ("chain", "chain", lambda x, out, n, nops: catalog.reference_chain(x, nops),
+        "chain": ("chain", "chain", lambda x, out, n, nops: E.chain_reference(x, nops),
                   dict(**SIZES, **ALL_F32, **EXACT, ranges={"nops": (0, 40)})),
         "chain_step": ("chain", "chain_step", _chain_step_reference,
                        dict(**SIZES, **ALL_F32, **EXACT, ranges={"k": (-1000, 1000)})),
@@ -550,14 +532,14 @@ def _kernel_cases() -> dict[str, tuple[str, str, Callable[..., Any], dict[str, A
         "histogram_global": ("histogram", "histogram_global", _histogram_adds,
                              dict(histogram_options, extra_sizes={"n": SIZE_EDGES, "nbins": NBINS_EDGES})),
         "matmul": ("matmul", "matmul",
-                   lambda a, b, c, m, n, k: catalog.reference_matmul(a.reshape(m, k), b.reshape(k, n)).ravel(),
+                   lambda a, b, c, m, n, k: E.matmul_reference(a.reshape(m, k), b.reshape(k, n)).ravel(),
                    dict(max_size=150, extra_sizes=MATMUL_EDGES,
                         values={"a": dense(lambda rng, s: uniform_f32(rng, s["m"] * s["k"], -2, 2)),
                                 "b": dense(lambda rng, s: uniform_f32(rng, s["k"] * s["n"], -2, 2))},
                         reduction=lambda a, b, c, m, n, k: matmul_bound(a.reshape(m, k), b.reshape(k, n)).ravel(),
                         grid=lambda s: catalog.matmul_config(s["m"], s["n"]).grid, block=catalog.MM_THREADS)),
         "mandelbrot": ("mandelbrot", "mandelbrot",
-                       lambda out, w, h, *view: catalog.reference_mandelbrot(w, h, *view).ravel(),
+                       lambda out, w, h, *view: E.mandelbrot_reference(w, h, *view, nan_stops=False).ravel(),
                        dict(ranges=MANDELBROT_RANGES, grid=lambda s: catalog.mandelbrot_config(s["w"], s["h"]).grid,
                             block=catalog.MANDEL_BLOCK)),
     }
@@ -569,8 +551,6 @@ KERNEL_CASES = ["saxpy", "chain", "chain_step", "histogram", "histogram_global",
 @pytest.mark.parametrize("path", ["kernel", "stream"])
 @pytest.mark.parametrize("name", KERNEL_CASES)
 def test_kernel_object(name: str, path: str) -> None:
-    from pybridge.cuda import catalog
-
     module, kernel, reference, options = _kernel_cases()[name]
     k = catalog.get_kernel(module, kernel)
     # Default launch geometry where not given: block 256, enough blocks for the longest array.
@@ -578,8 +558,6 @@ def test_kernel_object(name: str, path: str) -> None:
 
 
 def test_kernel_cases_cover_every_single_launch_kernel() -> None:
-    from pybridge.cuda import catalog
-
     multi_pass = {"sum_partial", "sum_final", "sum_single", "scan_lookback"}  # tested as whole ops (scratch to clear)
     kernels = {k for m in catalog.MODULES.values() for k in m.kernels} - multi_pass
     assert kernels == set(KERNEL_CASES) == set(_kernel_cases())
@@ -620,7 +598,7 @@ def test_events_time_gpu_work() -> None:
     s = cuda.Stream()
     start, end = cuda.Event(), cuda.Event()
     start.record(s)
-    cuda.catalog.cuda_chain(x, 200, stream=s)
+    catalog.cuda_chain(x, 200, stream=s)
     end.record(s)
     end.synchronize()
     assert end.query() and s.query()

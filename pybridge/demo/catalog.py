@@ -1,10 +1,11 @@
-"""Our own kernels (kernels_cu/*.cu): declarations, launch configurations, whole operations.
+"""The project's own kernels (kernels_cu/*.cu): declarations, launch configurations, whole operations.
 
 One entry per module of docs/DESIGN.md's table. For each: the kernel declarations (which drive
-argument checks and pybridge.testing's strategies), the host-launcher declarations (cffi), and
-here the Python functions that run a whole operation on a stream (``cuda_sum`` runs both passes),
-shared by the demo, the tests and the benchmarks. ``reference_*`` are the NumPy definitions the
-kernels are tested against.
+argument checks and pybridge.testing's strategies), and here the Python functions that run a whole
+operation on a stream (``cuda_sum`` runs both passes), shared by the demo, the tests and the
+benchmarks. The host launchers declare themselves in their .cu files (``make`` writes
+``lib<mod>.launchers.json``; :func:`pybridge.cuda.load_launchers`). The NumPy references the
+kernels are tested against are the examples' (:mod:`pybridge.demo.examples`).
 
 The constants below mirror the ``#define``s of the .cu files (a CPU test checks they agree); the
 launch configurations are the ones the C host launchers choose, so both paths do identical work
@@ -14,7 +15,6 @@ launch configurations are the ones the C host launchers choose, so both paths do
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,11 +22,15 @@ from typing import Any
 
 import numpy as np
 
+from ..cuda import _driver
+from ..cuda.arrays import DeviceArray, as_device_array, empty, zeros
+from ..cuda.context import ensure_context, pycuda_driver
+from ..cuda.errors import pycuda_errors
+from ..cuda.kernel import Kernel, _config_for, _proxy_stream
+from ..cuda.launch_config import LaunchConfig, grid_for
+from ..cuda.module import load_module
+from ..cuda.streams import DEFAULT_STREAM, Stream, as_stream
 from ..interop import ArrayInfo
-from .arrays import DeviceArray, as_device_array, empty, zeros
-from .kernel import Kernel, _config_for
-from .launch import LaunchConfig, grid_for
-from .streams import DEFAULT_STREAM, Stream, as_stream
 
 __all__ = [
     "MODULES",
@@ -40,13 +44,6 @@ __all__ = [
     "cuda_scan",
     "cuda_sum",
     "get_kernel",
-    "reference_chain",
-    "reference_histogram",
-    "reference_mandelbrot",
-    "reference_matmul",
-    "reference_saxpy",
-    "reference_scan",
-    "reference_sum",
 ]
 
 # ---------------------------------------------------------------- constants shared with kernels_cu
@@ -69,23 +66,17 @@ MANDEL_BLOCK = (16, 16)  # mandelbrot.cu
 # histogram_global (the C launcher opts in up to the device limit instead).
 SHARED_MEM_DEFAULT_LIMIT = 48 * 1024
 
-CHAIN_MUL = np.float32(1.0001)
-CHAIN_ADD = np.float32(0.001)
-
 
 @dataclass(frozen=True)
 class ModuleEntry:
     name: str
     kernels: dict[str, str]  # kernel name -> declaration
-    launchers: tuple[str, ...]  # host launcher declarations (the stream parameter is implicit)
-    extra_cdef: str = ""  # other C functions of lib<name>.so, for cffi
 
 
 MODULES: dict[str, ModuleEntry] = {
     "saxpy": ModuleEntry(
         "saxpy",
         {"saxpy": "saxpy(float a, const float* x[n], const float* y[n], float* out[n], int64 n)"},
-        ("launch_saxpy(float a, const float* x[n], const float* y[n], float* out[n], int64 n)",),
     ),
     "reduce": ModuleEntry(
         "reduce",
@@ -95,8 +86,6 @@ MODULES: dict[str, ModuleEntry] = {
             # scratch: a ticket counter that must be 0 (the kernel leaves it 0), then the partials
             "sum_single": "sum_single(const float* x[n], float* out[1], int64 n, float* scratch[min((n + 255) / 256, 1024) + 1])",
         },
-        ("launch_sum(const float* x[n], float* out[1], int64 n, float* scratch[min((n + 255) / 256, 1024) + 1])",),
-        "int64_t sum_num_partials(int64_t n);\nint64_t sum_scratch_floats(int64_t n);",
     ),
     "scan": ModuleEntry(
         "scan",
@@ -104,13 +93,10 @@ MODULES: dict[str, ModuleEntry] = {
             # scratch: the tile counter and one 64-bit status word per tile (zeroed before each launch)
             "scan_lookback": "scan_lookback(const float* x[n], float* out[n], int64 n, uint64* scratch[1 + (n + 8191) / 8192])",
         },
-        ("launch_scan(const float* x[n], float* out[n], int64 n, float* scratch[2 * (1 + (n + 8191) / 8192)])",),
-        "int64_t scan_num_tiles(int64_t n);\nint64_t scan_scratch_floats(int64_t n);",
     ),
     "matmul": ModuleEntry(
         "matmul",
         {"matmul": "matmul(const float* a[m*k], const float* b[k*n], float* c[m*n], int32 m, int32 n, int32 k)"},
-        ("launch_matmul(const float* a[m*k], const float* b[k*n], float* c[m*n], int32 m, int32 n, int32 k)",),
     ),
     "histogram": ModuleEntry(
         "histogram",
@@ -118,7 +104,6 @@ MODULES: dict[str, ModuleEntry] = {
             "histogram": "histogram(const int32* x[n], int32* bins[nbins], int64 n, int32 nbins)",
             "histogram_global": "histogram_global(const int32* x[n], int32* bins[nbins], int64 n, int32 nbins)",
         },
-        ("launch_histogram(const int32* x[n], int32* bins[nbins], int64 n, int32 nbins)",),
     ),
     "mandelbrot": ModuleEntry(
         "mandelbrot",
@@ -126,10 +111,6 @@ MODULES: dict[str, ModuleEntry] = {
             "mandelbrot": "mandelbrot(int32* out[h*w], int32 w, int32 h, float x0, float y0, float dx, float dy, "
             "int32 max_iter)"
         },
-        (
-            "launch_mandelbrot(int32* out[h*w], int32 w, int32 h, float x0, float y0, float dx, float dy, "
-            "int32 max_iter)",
-        ),
     ),
     "chain": ModuleEntry(
         "chain",
@@ -137,10 +118,6 @@ MODULES: dict[str, ModuleEntry] = {
             "chain": "chain(const float* x[n], float* out[n], int64 n, int32 nops)",
             "chain_step": "chain_step(const float* x[n], float* out[n], int64 n, int32 k)",
         },
-        (
-            "launch_chain(const float* x[n], float* out[n], int64 n, int32 nops)",
-            "launch_chain_step(const float* x[n], float* out[n], int64 n, int32 k)",
-        ),
     ),
 }
 
@@ -211,8 +188,6 @@ _sm_count: dict[int, int] = {}
 
 def _multiprocessors(device: int = 0) -> int:
     if device not in _sm_count:
-        from .context import ensure_context, pycuda_driver
-
         ensure_context(device)
         drv = pycuda_driver()
         _sm_count[device] = int(drv.Device(device).get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT))
@@ -239,8 +214,6 @@ def get_kernel(module: str, name: str | None = None) -> Kernel:
     k = _kernels.get((module, name))  # a dict read is atomic: no lock on the every-call path
     if k is not None:
         return k
-    from .module import load_module
-
     entry = MODULES[module]
     asked = name
     name = name or next(iter(entry.kernels))
@@ -304,9 +277,6 @@ def _execution_stream(stream: Any) -> Iterator[Stream]:
     if not s.is_external:
         yield s
         return
-    from . import _driver
-    from .kernel import _proxy_stream
-
     proxy = _proxy_stream()
     _driver.stream_wait(proxy.cai_stream, s.cai_stream)
     yield proxy
@@ -322,9 +292,6 @@ def _out(out: Any, shape: tuple[int, ...], dtype: Any, stream: Stream) -> Device
 def _memset0(arr: DeviceArray, stream: Stream) -> None:
     if arr.nbytes == 0:
         return
-    from .context import pycuda_driver
-    from .errors import pycuda_errors
-
     with pycuda_errors(operation="memset"):
         pycuda_driver().memset_d8_async(arr.ptr, 0, arr.nbytes, stream.pycuda)
     arr._set_pending(stream)
@@ -501,67 +468,3 @@ def _chain_unfused_on(s: Stream, x: Any, nops: int, out: Any) -> DeviceArray:
 def cuda_chain_unfused(x: Any, nops: int, out: Any = None, *, stream: Any = None) -> DeviceArray:
     """The same result as :func:`cuda_chain`, one kernel per op (op 1 into out, then in place)."""
     return _run(_chain_unfused_on, stream, x, nops, out)
-
-
-# ---------------------------------------------------------------- NumPy references
-
-
-def reference_saxpy(a: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Exactly what the kernel computes: float32 product, then float32 sum."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.float32(a) * x.astype(np.float32) + y.astype(np.float32)
-
-
-def reference_sum(x: np.ndarray) -> float:
-    """The exact sum of the float32 values (math.fsum), for error bounds."""
-    return math.fsum(np.asarray(x, dtype=np.float64).ravel().tolist())
-
-
-def reference_scan(x: np.ndarray) -> np.ndarray:
-    """Prefix sums in float64 (each element of a float32 input is exact in float64)."""
-    return np.cumsum(np.asarray(x, dtype=np.float64))
-
-
-def reference_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.asarray(a, dtype=np.float64) @ np.asarray(b, dtype=np.float64)
-
-
-def reference_histogram(x: np.ndarray, nbins: int) -> np.ndarray:
-    x = np.asarray(x, dtype=np.int64).ravel()
-    valid = x[(x >= 0) & (x < nbins)]
-    return np.bincount(valid, minlength=nbins).astype(np.int32)
-
-
-def reference_mandelbrot(w: int, h: int, x0: float, y0: float, dx: float, dy: float, max_iter: int) -> np.ndarray:
-    """The kernel's exact float32 steps, vectorised: the counts must match bit for bit."""
-    f32 = np.float32
-    j = np.arange(w, dtype=np.float32)
-    i = np.arange(h, dtype=np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):
-        cr = np.broadcast_to(f32(x0) + j * f32(dx), (h, w)).copy()
-        ci = np.broadcast_to((f32(y0) + i * f32(dy))[:, None], (h, w)).copy()
-        zr = np.zeros((h, w), np.float32)
-        zi = np.zeros((h, w), np.float32)
-        count = np.zeros((h, w), np.int32)
-        active = np.ones((h, w), bool)
-        for _ in range(max(0, max_iter)):
-            if not active.any():
-                break
-            zr2 = zr * zr
-            zi2 = zi * zi
-            active &= ~((zr2 + zi2) > f32(4.0))
-            new_zi = (f32(2.0) * zr) * zi + ci
-            new_zr = (zr2 - zi2) + cr
-            zr = np.where(active, new_zr, zr)
-            zi = np.where(active, new_zi, zi)
-            count += active
-    return count
-
-
-def reference_chain(x: np.ndarray, nops: int) -> np.ndarray:
-    """op 1 .. op nops in float32, one rounding per multiply and add, as the kernels do."""
-    v = np.asarray(x, dtype=np.float32).copy()
-    with np.errstate(over="ignore", invalid="ignore"):
-        for k in range(1, nops + 1):
-            v = v * CHAIN_MUL + np.float32(k) * CHAIN_ADD
-    return v
