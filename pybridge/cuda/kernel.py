@@ -55,7 +55,7 @@ from . import _driver
 from .arrays import DeviceArray
 from .context import ensure_context
 from .errors import CudaError, LaunchError, error_for_code, from_pycuda_error
-from .launch_config import Dim3, LaunchConfig
+from .launch_config import Dim3, LaunchConfig, shared_config
 from .signature import KernelSignature, Param, parse_signature
 from .streams import DEFAULT_STREAM, Stream, as_stream
 
@@ -558,12 +558,10 @@ def bind_args(signature: KernelSignature, args: Sequence[Any]) -> BoundArgs:
 _proxy = threading.local()
 
 
-def _proxy_stream() -> Any:
+def proxy_stream() -> Stream:
     """A PyCUDA stream of ours, per thread, to launch on for a foreign stream (see Kernel.launch)."""
-    s = getattr(_proxy, "stream", None)
+    s: Stream | None = getattr(_proxy, "stream", None)
     if s is None:
-        from .streams import Stream
-
         s = Stream(non_blocking=True)
         _proxy.stream = s
     return s
@@ -643,33 +641,9 @@ def _prepared_launch(function: Any) -> Callable[..., Any]:
     return launch
 
 
-_configs: dict[tuple[Any, ...], LaunchConfig] = {}
-
 # cuLaunchKernel's answers when the calling thread has no usable context current (not initialised,
 # invalid context, a function handle of another context): retry once after ensure_context().
 _NO_CONTEXT_CODES = frozenset({3, 201, 400})
-
-
-def _config_for(grid: Dim3, block: Dim3, shared_mem: int) -> LaunchConfig:
-    """LaunchConfig(grid, block, shared_mem), shared for plain int / tuple-of-int arguments (a
-    LaunchConfig is immutable); anything else is built (and checked) each time."""
-    key = None
-    tg, tb = type(grid), type(block)
-    if (
-        type(shared_mem) is int
-        and (tg is int or (tg is tuple and all(type(v) is int for v in grid)))  # type: ignore[union-attr]
-        and (tb is int or (tb is tuple and all(type(v) is int for v in block)))  # type: ignore[union-attr]
-    ):
-        key = (grid, block, shared_mem)
-        config = _configs.get(key)
-        if config is not None:
-            return config
-    config = LaunchConfig(grid=grid, block=block, shared_mem=shared_mem)
-    if key is not None:
-        if len(_configs) >= 4096:
-            _configs.clear()
-        _configs[key] = config
-    return config
 
 
 class Kernel:
@@ -712,9 +686,9 @@ class Kernel:
             if default is None or grid is not None or block is not None:  # half a configuration
                 raise LaunchError(f"kernel {self.name}: give grid= and block= (or config=)", kernel=self.name)
             if shared_mem != 0:  # the default grid and block with this launch's shared memory
-                return _config_for(default.grid, default.block, shared_mem)
+                return shared_config(default.grid, default.block, shared_mem)
             return default
-        return _config_for(grid, block, shared_mem)
+        return shared_config(grid, block, shared_mem)
 
     def __call__(self, *args: Any, grid: Dim3 | None = None, block: Dim3 | None = None,
                  shared_mem: int = 0, stream: Any = None, config: LaunchConfig | None = None) -> None:
@@ -808,7 +782,7 @@ class Kernel:
         if external:
             # PyCUDA launches only on its own streams: run on our proxy stream, fenced both ways,
             # which orders the kernel exactly as if it ran on the foreign stream.
-            run_on = _proxy_stream()
+            run_on = proxy_stream()
             _driver.stream_wait(run_on.cai_stream, s.cai_stream, what=self.name)
         if producers:
             order_before(run_on.cai_stream, producers, self.name)

@@ -13,11 +13,11 @@ import operator
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Union
 
 from .errors import LaunchError
 
-__all__ = ["Dim3", "LaunchConfig", "grid_for", "grid_2d"]
+__all__ = ["Dim3", "LaunchConfig", "grid_for", "grid_2d", "shared_config"]
 
 Dim3 = Union[int, Sequence[int]]
 
@@ -116,3 +116,29 @@ def grid_2d(width: int, height: int, block: tuple[int, int] = (16, 16)) -> tuple
     """Blocks covering a width x height image with 2-D blocks (x along width), each at least 1."""
     bx, by = block
     return max(1, -(-int(width) // bx)), max(1, -(-int(height) // by))
+
+
+# One LaunchConfig per distinct plain configuration (see shared_config).
+_configs: dict[tuple[Any, ...], LaunchConfig] = {}
+
+def shared_config(grid: Dim3, block: Dim3, shared_mem: int) -> LaunchConfig:
+    """``LaunchConfig(grid, block, shared_mem)``, one object per distinct configuration of plain ints
+    / tuples of ints (a LaunchConfig is immutable, so the checks run once); anything else is built
+    (and checked) each time."""
+    key = None
+    tg, tb = type(grid), type(block)
+    if (
+        type(shared_mem) is int
+        and (tg is int or (tg is tuple and all(type(v) is int for v in grid)))  # type: ignore[union-attr]
+        and (tb is int or (tb is tuple and all(type(v) is int for v in block)))  # type: ignore[union-attr]
+    ):
+        key = (grid, block, shared_mem)
+        config = _configs.get(key)
+        if config is not None:
+            return config
+    config = LaunchConfig(grid=grid, block=block, shared_mem=shared_mem)
+    if key is not None:
+        if len(_configs) >= 4096:
+            _configs.clear()
+        _configs[key] = config
+    return config

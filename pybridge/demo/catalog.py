@@ -26,8 +26,8 @@ from ..cuda import _driver
 from ..cuda.arrays import DeviceArray, as_device_array, empty, zeros
 from ..cuda.context import ensure_context, pycuda_driver
 from ..cuda.errors import pycuda_errors
-from ..cuda.kernel import Kernel, _config_for, _proxy_stream
-from ..cuda.launch_config import LaunchConfig, grid_for
+from ..cuda.kernel import Kernel, proxy_stream
+from ..cuda.launch_config import LaunchConfig, grid_for, shared_config
 from ..cuda.module import load_module
 from ..cuda.streams import DEFAULT_STREAM, Stream, as_stream
 from ..interop import ArrayInfo
@@ -128,7 +128,7 @@ MODULES: dict[str, ModuleEntry] = {
 # Launch configurations are immutable: the helpers below hand out one object per distinct
 # configuration of plain ints instead of building (and re-checking) one per call.
 _MAX_CACHED_CONFIGS = 4096
-_config = _config_for
+_config = shared_config
 
 
 _grid_stride_configs: dict[int, LaunchConfig] = {}
@@ -277,7 +277,7 @@ def _execution_stream(stream: Any) -> Iterator[Stream]:
     if not s.is_external:
         yield s
         return
-    proxy = _proxy_stream()
+    proxy = proxy_stream()
     _driver.stream_wait(proxy.cai_stream, s.cai_stream)
     yield proxy
     _driver.stream_wait(s.cai_stream, proxy.cai_stream)
