@@ -38,6 +38,7 @@ __all__ = [
     "KDLCUDAHOST",
     "KDLCUDAMANAGED",
     "c_contiguous_strides",
+    "copy_to_host",
     "cai_info",
     "export_dlpack",
     "import_dlpack",
@@ -575,6 +576,25 @@ def stream_synchronize(stream: int) -> None:
     rc = _driver().cuStreamSynchronize(ctypes.c_void_p(stream))
     if rc != 0:
         raise RuntimeError(f"cuStreamSynchronize({stream:#x}) failed with CUDA error {rc}")
+
+
+def copy_to_host(info: ArrayInfo) -> np.ndarray:
+    """A NumPy copy of the device array ``info`` describes (after its producer stream is done).
+
+    Copies the bytes the array spans with cuMemcpyDtoH, then applies the strides on the host."""
+    if any(s < 0 for s in info.strides):
+        raise ValueError("copy_to_host: negative strides are not supported")
+    if info.size == 0:
+        return np.empty(info.shape, info.dtype)
+    wait_for_producer(info)
+    span = sum((d - 1) * s for d, s in zip(info.shape, info.strides)) + info.dtype.itemsize
+    raw = np.empty(span, np.uint8)
+    cu = _driver()
+    cu.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+    rc = cu.cuMemcpyDtoH_v2(raw.ctypes.data, info.ptr, span)
+    if rc != 0:
+        raise RuntimeError(f"cuMemcpyDtoH of {span} bytes from {info.ptr:#x} failed with CUDA error {rc}")
+    return np.array(np.ndarray(info.shape, info.dtype, buffer=raw, strides=info.strides))
 
 
 def current_context() -> int:

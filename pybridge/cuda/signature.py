@@ -11,6 +11,11 @@ exactly that many elements. A leading ``extern "C"``, ``__global__`` and ``void`
 accepted, so a kernel's C prototype can be pasted in. The same declaration drives argument checks
 at launch and the hypothesis strategies of ``pybridge.testing``.
 
+How it is read: the kernel name, the parentheses and each parameter's size in brackets are cut out
+here (sizes are not C; :mod:`pybridge.sizeexpr` reads them), then each parameter is parsed as C by
+pycparser and its declarator walked for pointer, const, type and name. Element types come from the
+one primitive table, :mod:`pybridge.primitives`.
+
 Pure Python and NumPy: importable and testable without CUDA.
 """
 
@@ -20,10 +25,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Union
 
 import numpy as np
+from pycparser import c_ast, c_parser
+
 from ..errors import PybridgeError
+from ..primitives import BY_DTYPE, BY_SPELLING
+from ..sizeexpr import SizeExpr, SizeExprError, parse_size
 
 __all__ = [
     "SCALAR_TYPES",
@@ -38,17 +46,8 @@ __all__ = [
 ]
 
 
-class SignatureError(PybridgeError, ValueError):
+class SignatureError(SizeExprError):
     """A declaration that cannot be parsed; the message quotes the text and marks the bad spot."""
-
-    def __init__(self, message: str, text: str | None = None, pos: int | None = None) -> None:
-        self.reason = message
-        self.text = text
-        self.pos = pos
-        if text is not None and pos is not None:
-            pos = max(0, min(pos, len(text)))
-            message = f"{message}\n  {text}\n  {' ' * pos}^"
-        super().__init__(message)
 
 
 class SizeDivisionError(PybridgeError, ValueError, ZeroDivisionError):
@@ -56,270 +55,37 @@ class SizeDivisionError(PybridgeError, ValueError, ZeroDivisionError):
     parameter; still a ZeroDivisionError for code that caught that)."""
 
 
-# Spellings accepted for each scalar type. Multi-word C spellings are matched after collapsing
-# whitespace. `long` is 64 bits: CUDA on Linux is LP64.
-_TYPE_SPELLINGS: dict[str, tuple[str, ...]] = {
-    "int8": ("int8", "int8_t", "i8", "signed char", "char"),
-    "int16": ("int16", "int16_t", "i16", "short", "short int", "signed short", "signed short int"),
-    "int32": ("int32", "int32_t", "i32", "int", "signed", "signed int"),
-    "int64": (
-        "int64", "int64_t", "i64", "long", "long int", "signed long", "long long", "long long int",
-        "signed long long", "signed long long int", "ptrdiff_t", "ssize_t", "intptr_t",
-    ),
-    "uint8": ("uint8", "uint8_t", "u8", "unsigned char"),
-    "uint16": ("uint16", "uint16_t", "u16", "unsigned short", "unsigned short int"),
-    "uint32": ("uint32", "uint32_t", "u32", "unsigned", "unsigned int"),
-    "uint64": (
-        "uint64", "uint64_t", "u64", "unsigned long", "unsigned long int", "unsigned long long",
-        "unsigned long long int", "size_t", "uintptr_t",
-    ),
-    "float16": ("float16", "half", "__half", "f16"),
-    "float32": ("float", "float32", "f32"),
-    "float64": ("double", "float64", "f64"),
-    "bool": ("bool", "_Bool"),
-}
-
-#: Every accepted scalar spelling -> its NumPy dtype.
-SCALAR_TYPES: dict[str, np.dtype] = {
-    spelling: np.dtype(canonical)
-    for canonical, spellings in _TYPE_SPELLINGS.items()
-    for spelling in spellings
-}
-
-# The C spelling used when a declaration is turned back into C (cffi cdefs, error messages).
-_C_NAMES: dict[np.dtype, str] = {
-    np.dtype(np.int8): "int8_t",
-    np.dtype(np.int16): "int16_t",
-    np.dtype(np.int32): "int32_t",
-    np.dtype(np.int64): "int64_t",
-    np.dtype(np.uint8): "uint8_t",
-    np.dtype(np.uint16): "uint16_t",
-    np.dtype(np.uint32): "uint32_t",
-    np.dtype(np.uint64): "uint64_t",
-    np.dtype(np.float16): "uint16_t",  # C has no half; it travels as its IEEE bits
-    np.dtype(np.float32): "float",
-    np.dtype(np.float64): "double",
-    np.dtype(np.bool_): "bool",
-}
-
-# Short names used when printing a declaration back.
-_SHORT_NAMES: dict[np.dtype, str] = {
-    np.dtype(np.float16): "half",
-    np.dtype(np.float32): "float",
-    np.dtype(np.float64): "double",
-    np.dtype(np.bool_): "bool",
-}
+#: Every accepted scalar spelling -> its NumPy dtype (from the one table, pybridge.primitives).
+SCALAR_TYPES: dict[str, np.dtype] = {spelling: p.dtype for spelling, p in BY_SPELLING.items()}
 
 
 def c_type_name(dtype: np.dtype) -> str:
     """C type for one element of ``dtype`` (``float16`` maps to ``uint16_t``, its bits)."""
-    return _C_NAMES[np.dtype(dtype)]
+    return BY_DTYPE[np.dtype(dtype)].ctype
 
 
 # Every declarable dtype's short name, computed once: ``dtype.name`` is Python code in NumPy
 # (``_name_get``) and costs microseconds, which error messages need but launches must not pay.
-_SHORT_NAME_OF: dict[np.dtype, str] = {dt: _SHORT_NAMES.get(dt, dt.name) for dt in SCALAR_TYPES.values()}
+_SHORT_NAME_OF: dict[np.dtype, str] = {p.dtype: p.short for p in BY_DTYPE.values()}
 
 
 def _short_name(dtype: np.dtype) -> str:
     try:
         return _SHORT_NAME_OF[dtype]
     except (KeyError, TypeError):
-        return _SHORT_NAMES.get(dtype, dtype.name)
-
-
-# ---------------------------------------------------------------------------- size expressions
-
-_Node = Union[int, str, tuple[str, "_Node", "_Node"], tuple[str, "_Node"]]
-
-
-@dataclass(frozen=True)
-class SizeExpr:
-    """A parsed size expression: integer literals, names, ``+ - * / %``, unary minus, parentheses,
-    ``min(a, b)`` and ``max(a, b)``."""
-
-    text: str
-    tree: _Node
-
-    @property
-    def names(self) -> frozenset[str]:
-        found: set[str] = set()
-
-        def walk(node: _Node) -> None:
-            if isinstance(node, str):
-                found.add(node)
-            elif isinstance(node, tuple):
-                for child in node[1:]:
-                    walk(child)
-
-        walk(self.tree)
-        return frozenset(found)
-
-    def evaluate(self, env: Mapping[str, int]) -> int:
-        def ev(node: _Node) -> int:
-            if isinstance(node, int):
-                return node
-            if isinstance(node, str):
-                try:
-                    return int(env[node])
-                except KeyError:
-                    raise KeyError(f"size expression {self.text!r} needs {node!r}") from None
-            if len(node) == 2:
-                return -ev(node[1])
-            op, left, right = node
-            a, b = ev(left), ev(right)
-            if op == "+":
-                return a + b
-            if op == "-":
-                return a - b
-            if op == "*":
-                return a * b
-            if op == "min":
-                return min(a, b)
-            if op == "max":
-                return max(a, b)
-            if b == 0:
-                raise ZeroDivisionError(f"division by zero in size expression {self.text!r}")
-            return a // b if op == "/" else a % b
-
-        return ev(self.tree)
-
-    def __str__(self) -> str:
-        return self.text
-
-    def python_source(self, name_to_source: Mapping[str, str]) -> str:
-        """The expression as Python source, each name replaced by ``name_to_source[name]``
-        (``/`` becomes ``//``: both round down). Used to compile size checks once per kernel;
-        :meth:`evaluate` stays the reference (and gives the error messages)."""
-
-        def src(node: _Node) -> str:
-            if isinstance(node, int):
-                return repr(node)
-            if isinstance(node, str):
-                return name_to_source[node]
-            if len(node) == 2:
-                return f"(-{src(node[1])})"
-            op, left, right = node
-            if op in ("min", "max"):
-                return f"{op}({src(left)}, {src(right)})"
-            return f"({src(left)} {'//' if op == '/' else op} {src(right)})"
-
-        return src(self.tree)
-
-
-# Limits that keep parsing, evaluation and the compiled size check (kernel.py) far from Python's
-# recursion and nesting limits: no kernel needs more.
-MAX_SIZE_TOKENS = 128
-MAX_SIZE_NESTING = 32
-
-_EXPR_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(.))")
+        return dtype.name
 
 
 @lru_cache(maxsize=512)
 def parse_size_expr(text: str, _offset: int = 0, _whole: str | None = None) -> SizeExpr:
-    """Parse a size expression such as ``m*n`` or ``(n + 2047) / 2048``."""
-    whole = _whole if _whole is not None else text
-    tokens: list[tuple[str, str, int]] = []
-    pos = 0
-    while pos < len(text):
-        m = _EXPR_TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
-            break
-        if m.group(1) is not None:
-            tokens.append(("int", m.group(1), _offset + m.start(1)))
-        elif m.group(2) is not None:
-            tokens.append(("name", m.group(2), _offset + m.start(2)))
-        elif m.group(3) is not None:
-            if m.group(3).isspace():
-                pos = m.end()
-                continue
-            tokens.append(("op", m.group(3), _offset + m.start(3)))
-        pos = m.end()
-    tokens.append(("end", "", _offset + len(text)))
-    if len(tokens) - 1 > MAX_SIZE_TOKENS:
-        raise SignatureError(f"size expression too long: {len(tokens) - 1} tokens (at most {MAX_SIZE_TOKENS})", whole, _offset)
-    i = 0
-    depth = 0
-
-    def nest(at: int) -> None:
-        nonlocal depth
-        depth += 1
-        if depth > MAX_SIZE_NESTING:
-            raise SignatureError(f"size expression nested too deeply (at most {MAX_SIZE_NESTING} levels)", whole, at)
-
-    def peek() -> tuple[str, str, int]:
-        return tokens[i]
-
-    def take() -> tuple[str, str, int]:
-        nonlocal i
-        tok = tokens[i]
-        i += 1
-        return tok
-
-    def expr() -> _Node:
-        node = term()
-        while peek()[0] == "op" and peek()[1] in "+-":
-            op = take()[1]
-            node = (op, node, term())
-        return node
-
-    def term() -> _Node:
-        node = unary()
-        while peek()[0] == "op" and peek()[1] in "*/%":
-            op = take()[1]
-            node = (op, node, unary())
-        return node
-
-    def unary() -> _Node:
-        nonlocal depth
-        if peek()[0] == "op" and peek()[1] == "-":
-            nest(take()[2])
-            node = ("neg", unary())
-            depth -= 1
-            return node
-        if peek()[0] == "op" and peek()[1] == "+":
-            take()
-            return unary()
-        return atom()
-
-    def atom() -> _Node:
-        nonlocal depth
-        kind, value, at = take()
-        if kind == "int":
-            return int(value)
-        if kind == "name":
-            if value in ("min", "max") and peek()[0] == "op" and peek()[1] == "(":
-                nest(take()[2])
-                first = expr()
-                kind2, value2, at2 = take()
-                if (kind2, value2) != ("op", ","):
-                    raise SignatureError(f"{value}() takes two arguments: expected ','", whole, at2)
-                second = expr()
-                kind2, value2, at2 = take()
-                if (kind2, value2) != ("op", ")"):
-                    raise SignatureError(f"expected ')' to close {value}(", whole, at2)
-                depth -= 1
-                return (value, first, second)
-            return value
-        if kind == "op" and value == "(":
-            nest(at)
-            node = expr()
-            kind2, value2, at2 = take()
-            if (kind2, value2) != ("op", ")"):
-                raise SignatureError("expected ')' in size expression", whole, at2)
-            depth -= 1
-            return node
-        what = "end of size expression" if kind == "end" else f"{value!r}"
-        raise SignatureError(f"expected a number, a name or '(' in size expression, got {what}", whole, at)
-
-    if len(tokens) == 1:
-        raise SignatureError("empty size expression", whole, _offset)
-    tree = expr()
-    kind, value, at = peek()
-    if kind != "end":
-        raise SignatureError(f"unexpected {value!r} in size expression", whole, at)
-    canonical = " ".join(text.split())
-    return SizeExpr(canonical, tree)
+    """Parse a size expression such as ``m*n`` or ``(n + 2047) / 2048`` (see
+    :mod:`pybridge.sizeexpr`); a bad one raises :class:`SignatureError`."""
+    try:
+        return parse_size(text, _offset, _whole)
+    except SignatureError:
+        raise
+    except SizeExprError as e:
+        raise SignatureError(e.reason, e.text, e.pos) from None
 
 
 # ---------------------------------------------------------------------------- declarations
@@ -419,13 +185,22 @@ class KernelSignature:
 
 
 _IDENT = re.compile(r"[A-Za-z_]\w*")
-_QUALIFIERS = {"__restrict__", "__restrict", "restrict", "volatile"}
+# CUDA's spellings of C's restrict qualifier, which pycparser does not know.
+_CUDA_QUALIFIERS = frozenset({"__restrict__", "__restrict"})
+_QUALIFIERS = frozenset({"restrict", "volatile"}) | _CUDA_QUALIFIERS
 _PREFIX_WORDS = ("__global__", "void", "static", "inline", "__device__")
-# Words that can only be (part of) a type, never a parameter name.
+# Words that can only be (part of) a type, never a parameter name: C's own type keywords, which
+# pycparser reads itself (every other spelling in SCALAR_TYPES is declared to it as a typedef).
 _C_KEYWORDS = frozenset(
     {"int", "char", "short", "long", "unsigned", "signed", "float", "double", "bool", "_Bool", "void",
      "half", "__half"}
 )
+_PYCPARSER_KEYWORDS = frozenset(
+    {"int", "char", "short", "long", "unsigned", "signed", "float", "double", "_Bool", "void", "const",
+     "restrict", "volatile", "struct", "union", "enum"}
+)
+_PARAM_CHARS = re.compile(r"[\w\s*]*")
+_PARSE_ERROR_AT = re.compile(r":(\d+):(\d+):\s*(?:before:\s*(.*))?")
 
 
 def _skip_ws(text: str, pos: int) -> int:
@@ -434,72 +209,99 @@ def _skip_ws(text: str, pos: int) -> int:
     return pos
 
 
+def _c_param(text: str, start: int, end: int, words: list[tuple[str, int]]) -> c_ast.Node:
+    """text[start:end] (one parameter, its size already cut off) parsed by pycparser: a Decl, a
+    Typename (no name) or an ID (a name without a type, read as a K&R identifier list).
+
+    Every word that stands where a type name may stand is declared as a typedef first, so that
+    unknown types parse and get a message about the type rather than a syntax error."""
+    typedefs = {w for w, _ in (words[:-1] if len(words) > 1 else words) if w not in _PYCPARSER_KEYWORDS and w not in _CUDA_QUALIFIERS}
+    if len(words) == 1 and words[0][0] not in SCALAR_TYPES:
+        typedefs.clear()  # a lone unknown word is a name without a type
+    param = "".join(" " * len(w) if w in _CUDA_QUALIFIERS else w for w in re.split(r"(\w+)", text[start:end]))
+    head = "void __pybridge_kernel("
+    source = "".join(f"typedef int {t};\n" for t in sorted(typedefs)) + head + param + ");"
+    try:
+        unit = c_parser.CParser().parse(source, "")
+    except c_parser.ParseError as e:
+        m = _PARSE_ERROR_AT.search(str(e))
+        line = len(typedefs) + 1
+        pos = start
+        if m is not None and int(m.group(1)) == line:
+            pos = start + max(0, int(m.group(2)) - 1 - len(head))
+        token = (m.group(3) or "").strip() if m is not None else ""
+        what = f"unexpected {token!r} in parameter" if token else "cannot read the parameter as C"
+        raise SignatureError(what, text, min(pos, end)) from None
+    decl = unit.ext[-1]
+    assert isinstance(decl, c_ast.Decl) and isinstance(decl.type, c_ast.FuncDecl)
+    params = decl.type.args.params if decl.type.args is not None else []
+    if len(params) != 1:
+        raise SignatureError("expected one parameter", text, start)
+    return params[0]
+
+
 def _parse_param(text: str, start: int, end: int, seen: set[str]) -> tuple[Param, tuple[int, int] | None]:
-    """Parse text[start:end] as one parameter; returns it and the span of its size expression."""
+    """Parse text[start:end] as one parameter; returns it and the span of its size expression.
+
+    The size in brackets is cut off first (it is not C), the rest is read by pycparser."""
     pos = _skip_ws(text, start)
     if pos >= end:
         raise SignatureError("empty parameter", text, start)
-    words: list[tuple[str, int]] = []  # identifiers and '*' before the brackets, with positions
     size_span: tuple[int, int] | None = None
-    while pos < end:
-        ch = text[pos]
-        if ch.isspace():
-            pos += 1
-            continue
-        if ch == "*":
-            words.append(("*", pos))
-            pos += 1
-            continue
-        if ch == "[":
-            close = text.find("]", pos, end)
-            if close < 0:
-                raise SignatureError("missing ']' after size expression", text, pos)
-            size_span = (pos + 1, close)
-            pos = _skip_ws(text, close + 1)
-            if pos < end:
-                raise SignatureError(f"unexpected {text[pos]!r} after the size in brackets", text, pos)
-            break
-        m = _IDENT.match(text, pos, end)
-        if m is None:
-            raise SignatureError(f"unexpected character {ch!r} in parameter", text, pos)
-        words.append((m.group(0), pos))
-        pos = m.end()
-
+    decl_end = end
+    open_bracket = text.find("[", pos, end)
+    if open_bracket >= 0:
+        close = text.find("]", open_bracket, end)
+        if close < 0:
+            raise SignatureError("missing ']' after size expression", text, open_bracket)
+        size_span = (open_bracket + 1, close)
+        after = _skip_ws(text, close + 1)
+        if after < end:
+            raise SignatureError(f"unexpected {text[after]!r} after the size in brackets", text, after)
+        decl_end = open_bracket
+    bad = _PARAM_CHARS.match(text, pos, decl_end)
+    if bad is not None and bad.end() < decl_end:
+        raise SignatureError(f"unexpected character {text[bad.end()]!r} in parameter", text, bad.end())
+    words = [(m.group(0), m.start()) for m in re.finditer(r"\w+|\*", text[:decl_end]) if m.start() >= pos]
+    words = [(w, at) for w, at in words if w != "*"]
     if not words:
-        raise SignatureError("empty parameter", text, start)
-    name, name_pos = words[-1]
-    if name == "*" or name in _C_KEYWORDS or (name in SCALAR_TYPES and len(words) == 1):
-        raise SignatureError("parameter has a type but no name", text, name_pos)
-    if not _IDENT.fullmatch(name) or name in ("const",) or name in _QUALIFIERS:
-        raise SignatureError(f"expected a parameter name, got {name!r}", text, name_pos)
+        raise SignatureError("empty parameter" if "*" not in text[pos:decl_end] else "parameter has a type but no name",
+                             text, start if "*" not in text[pos:decl_end] else text.rfind("*", pos, decl_end))
+    last, last_pos = words[-1]
+    if last in _C_KEYWORDS or (last in SCALAR_TYPES and len(words) == 1):
+        raise SignatureError("parameter has a type but no name", text, last_pos)
+    if last in _PYCPARSER_KEYWORDS or last in _QUALIFIERS or not _IDENT.fullmatch(last):
+        raise SignatureError(f"expected a parameter name, got {last!r}", text, last_pos)
+
+    node = _c_param(text, pos, decl_end, words)
+    if isinstance(node, c_ast.ID):
+        raise SignatureError(f"parameter {node.name!r} has no type", text, last_pos)
+    if isinstance(node, c_ast.Typename) or getattr(node, "name", None) is None:
+        raise SignatureError("parameter has a type but no name", text, last_pos)
+    name: str = node.name
     if name in seen:
-        raise SignatureError(f"duplicate parameter name {name!r}", text, name_pos)
+        raise SignatureError(f"duplicate parameter name {name!r}", text, last_pos)
 
-    is_const = False
+    # Walk the declarator: each PtrDecl is one '*'; `const` on the innermost TypeDecl qualifies the
+    # element (read-only data), `const` on a PtrDecl the pointer variable, which a caller ignores.
     stars = 0
-    type_words: list[tuple[str, int]] = []
-    for word, at in words[:-1]:
-        if word == "const":
-            # `const` before the '*' qualifies the element (read-only data); after it, the pointer
-            # variable itself, which does not matter to a caller.
-            if stars == 0:
-                is_const = True
-            continue
-        if word in _QUALIFIERS:
-            continue
-        if word == "*":
-            stars += 1
-            continue
-        if stars:
-            raise SignatureError(f"unexpected {word!r} after '*'", text, at)
-        type_words.append((word, at))
-
-    if not type_words:
-        raise SignatureError(f"parameter {name!r} has no type", text, name_pos)
-    type_text = " ".join(w for w, _ in type_words)
+    t = node.type
+    while isinstance(t, c_ast.PtrDecl):
+        stars += 1
+        t = t.type
+    type_words = [(w, at) for w, at in words[:-1] if w != "const" and w not in _QUALIFIERS]
+    if not type_words:  # pycparser would read `const x` as C89's implicit int
+        raise SignatureError(f"parameter {name!r} has no type", text, last_pos)
     type_pos = type_words[0][1]
+    if not isinstance(t, c_ast.TypeDecl):
+        raise SignatureError(f"unsupported declarator for parameter {name!r}", text, last_pos)
+    if not isinstance(t.type, c_ast.IdentifierType):
+        kind = type(t.type).__name__.lower()
+        raise SignatureError(f"unknown type '{kind} {getattr(t.type, 'name', '')}' for parameter {name!r}", text, type_pos)
+    type_text = " ".join(t.type.names)
+    is_const = "const" in t.quals
     if stars > 1:
-        raise SignatureError(f"pointer to pointer is not supported (parameter {name!r})", text, name_pos)
+        raise SignatureError(f"pointer to pointer is not supported (parameter {name!r})", text, last_pos)
     if type_text == "void":
         raise SignatureError(
             f"{'void*' if stars else 'void'} parameter {name!r}: give the element type (e.g. float*)",

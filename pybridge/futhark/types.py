@@ -1,7 +1,8 @@
 """Futhark primitive types: their NumPy dtype, their C type in the generated API, their range.
 
 The C API maps each primitive directly to a C type, except ``f16`` which travels as the ``uint16_t``
-holding its IEEE binary16 bits (docs/c-api.rst, "Values"). This table is the one place that knows.
+holding its IEEE binary16 bits (docs/c-api.rst, "Values"). The table itself is ``pybridge.primitives``;
+this module gives it Futhark's view (by Futhark name) and the scalar conversions.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..primitives import TABLE as PRIMITIVE_TABLE
 
 
 @dataclass(frozen=True)
@@ -40,20 +43,8 @@ class Primitive:
         return self.ctype
 
 
-_TABLE = [
-    Primitive("i8", np.dtype(np.int8), "int8_t"),
-    Primitive("i16", np.dtype(np.int16), "int16_t"),
-    Primitive("i32", np.dtype(np.int32), "int32_t"),
-    Primitive("i64", np.dtype(np.int64), "int64_t"),
-    Primitive("u8", np.dtype(np.uint8), "uint8_t"),
-    Primitive("u16", np.dtype(np.uint16), "uint16_t"),
-    Primitive("u32", np.dtype(np.uint32), "uint32_t"),
-    Primitive("u64", np.dtype(np.uint64), "uint64_t"),
-    Primitive("f16", np.dtype(np.float16), "uint16_t"),
-    Primitive("f32", np.dtype(np.float32), "float"),
-    Primitive("f64", np.dtype(np.float64), "double"),
-    Primitive("bool", np.dtype(np.bool_), "bool"),
-]
+# Derived from the package's one primitive table (pybridge.primitives).
+_TABLE = [Primitive(p.futhark, p.dtype, p.ctype) for p in PRIMITIVE_TABLE]
 
 PRIMITIVES: dict[str, Primitive] = {p.name: p for p in _TABLE}
 BY_DTYPE: dict[np.dtype, Primitive] = {p.dtype: p for p in _TABLE}

@@ -46,6 +46,7 @@ from .strategies import (
     spec_from_kernel,
     spec_from_text,
 )
+from ..convert import to_numpy
 from ..errors import PybridgeError
 
 # ---------------------------------------------------------------- tolerances
@@ -446,36 +447,6 @@ class CallableTarget(Target):
         return to_numpy(result)
 
 
-def to_numpy(value: Any) -> Any:
-    """Results to plain NumPy structures: ``pybridge.futhark.to_numpy`` when present, else handles
-    with ``.numpy()``/``.get()``, recursively through tuples, lists and dicts."""
-    pf_to_numpy: Callable[[Any], Any] | None
-    try:
-        from ..futhark import to_numpy as pf_to_numpy
-    except ImportError:  # the Futhark layer is optional here
-        pf_to_numpy = None
-    if pf_to_numpy is not None and _looks_like_handle(value):
-        return pf_to_numpy(value)
-    if isinstance(value, tuple):
-        return tuple(to_numpy(v) for v in value)
-    if isinstance(value, dict):
-        return {k: to_numpy(v) for k, v in value.items()}
-    if isinstance(value, (np.ndarray, np.generic, int, float, bool, str, list)) or value is None:
-        return value
-    for attr in ("numpy", "get"):
-        f = getattr(value, attr, None)
-        if callable(f):
-            return f()
-    return np.asarray(value)
-
-
-def _looks_like_handle(value: Any) -> bool:
-    if isinstance(value, tuple):
-        return any(_looks_like_handle(v) for v in value)
-    mod = type(value).__module__ or ""
-    return mod.startswith("pybridge.futhark")
-
-
 def _free_all(value: Any) -> None:
     """Free Futhark handles in a result (tuples included); other values are left alone."""
     if isinstance(value, (tuple, list)):
@@ -529,8 +500,12 @@ class FutharkTarget(Target):
                 free = getattr(h, "free", None)
                 if callable(free):
                     free()
+        # Opaque results (records, sums) are read by Futhark's own converter until opaque handles
+        # have a .numpy() that the package's generic to_numpy can call.
+        from ..futhark import to_numpy as futhark_to_numpy
+
         try:
-            return to_numpy(result)
+            return futhark_to_numpy(result)
         finally:
             _free_all(result)
 

@@ -1,0 +1,51 @@
+"""Values to NumPy: the package's one converter from results (Futhark handles, device arrays,
+structures of them) to plain NumPy data.
+
+Generic on purpose, so it imports nothing of Futhark or CUDA: whatever has ``.numpy()`` (Futhark
+array handles; opaque handles give their structured value), ``.get()`` (CuPy, PyCUDA
+``GPUArray``), ``__cuda_array_interface__`` (copied to the host with the driver) or
+``__dlpack__`` on the CPU is read; tuples, lists and dicts are converted element by element;
+NumPy arrays, NumPy scalars and Python scalars pass through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .interop import KDLCPU, cai_info, copy_to_host
+
+__all__ = ["to_numpy"]
+
+_PLAIN = (np.ndarray, np.generic, bool, int, float, complex, str, bytes)
+
+
+def to_numpy(value: Any) -> Any:
+    """``value`` as plain NumPy data, recursively through tuples, lists and dicts (see the module
+    docstring). Objects it cannot read are given to ``numpy.asarray``."""
+    if value is None or isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, tuple):
+        return tuple(to_numpy(v) for v in value)
+    if isinstance(value, list):
+        return [to_numpy(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: to_numpy(v) for k, v in value.items()}
+    numpy_method = getattr(value, "numpy", None)
+    if callable(numpy_method):
+        out = numpy_method()
+        return out if out is value else to_numpy(out)
+    get_method = getattr(value, "get", None)
+    if callable(get_method):
+        return get_method()
+    if hasattr(value, "__array_interface__") or hasattr(value, "__array__"):
+        return np.asarray(value)
+    info = cai_info(value)
+    if info is not None:
+        return copy_to_host(info)
+    dlpack_device = getattr(value, "__dlpack_device__", None)
+    if callable(dlpack_device) and dlpack_device()[0] == KDLCPU:
+        return np.from_dlpack(value)
+    return np.asarray(value)
