@@ -17,7 +17,16 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from pybridge.testing import block_sizes, check_against, handle_lifecycle_machine, on_device, reduction_bound
+from pybridge.testing import (
+    InputOptions,
+    KernelTarget,
+    Tolerance,
+    block_sizes,
+    check_against,
+    handle_lifecycle_machine,
+    on_device,
+    reduction_bound,
+)
 
 
 def load(name: str) -> Any:
@@ -36,7 +45,7 @@ def load(name: str) -> Any:
 def test_saxpy() -> None:
     # futhark/saxpy.fut: entry saxpy [n] (a: f32) (xs: [n]f32) (ys: [n]f32) : [n]f32
     lib = load("saxpy")
-    check_against(lambda a, xs, ys: a * xs + ys, lib.saxpy, extra_sizes=block_sizes(256))
+    check_against(lambda a, xs, ys: a * xs + ys, lib.saxpy, inputs=InputOptions(extra_sizes=block_sizes(256)))
 
 
 def test_dot_is_a_reduction() -> None:
@@ -45,9 +54,8 @@ def test_dot_is_a_reduction() -> None:
     check_against(
         lambda xs, ys: np.float32(np.dot(xs.astype(np.float64), ys.astype(np.float64))),
         lib.dot,
-        reduction=lambda xs, ys: reduction_bound(xs.astype(np.float64) * ys, np.float32),
-        min_value=-1e3,
-        max_value=1e3,
+        tolerance=Tolerance(reduction=lambda xs, ys: reduction_bound(xs.astype(np.float64) * ys, np.float32)),
+        inputs=InputOptions(min_value=-1e3, max_value=1e3),
     )
 
 
@@ -60,7 +68,8 @@ def test_stats_record() -> None:
         std = xs.std() if xs.size else np.nan
         return {"sum": xs.sum(), "mean": mean, "std": std}
 
-    check_against(stats, lib.stats, equal_nan=True, min_value=-1e6, max_value=1e6, rtol=1e-9, atol=1e-6)
+    check_against(stats, lib.stats, tolerance=Tolerance(equal_nan=True, rtol=1e-9, atol=1e-6),
+                  inputs=InputOptions(min_value=-1e6, max_value=1e6))
 
 
 def test_histogram() -> None:
@@ -72,7 +81,7 @@ def test_histogram() -> None:
         inside = (xs >= 0) & (xs < nbins)
         return np.bincount(xs[inside], minlength=int(nbins)).astype(np.int32)
 
-    check_against(histogram, lib.histogram, ranges={"xs": (-3, 40)})
+    check_against(histogram, lib.histogram, inputs=InputOptions(ranges={"xs": (-3, 40)}))
 
 
 def test_matmul() -> None:
@@ -81,11 +90,8 @@ def test_matmul() -> None:
     check_against(
         lambda a, b: (a.astype(np.float64) @ b).astype(np.float32),
         lib.matmul,
-        max_size=12,
-        min_value=-10,
-        max_value=10,
-        rtol=1e-4,
-        atol=1e-4,
+        inputs=InputOptions(max_size=12, min_value=-10, max_value=10),
+        tolerance=Tolerance(rtol=1e-4, atol=1e-4),
     )
 
 
@@ -96,8 +102,7 @@ def test_index_within_bounds() -> None:
     check_against(
         lambda xs, i: xs[i],
         lib.index_at,
-        min_size=1,
-        values={"i": lambda sizes: st.integers(0, sizes["xs[0]"] - 1).map(np.int64)},
+        inputs=InputOptions(min_size=1, values={"i": lambda sizes: st.integers(0, sizes["xs[0]"] - 1).map(np.int64)}),
     )
 
 
@@ -141,9 +146,8 @@ def test_saxpy_kernel() -> None:
         pytest.skip(f"kernels_cu/saxpy.cu is not built: {e}")
     check_against(
         lambda a, x, y, out, n: a * x + y,
-        k,
-        block=256,
-        extra_sizes=block_sizes(256, large=1 << 16),
+        KernelTarget(k, block=256),
+        inputs=InputOptions(extra_sizes=block_sizes(256, large=1 << 16)),
     )
 
 

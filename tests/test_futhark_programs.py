@@ -12,6 +12,7 @@ where it is missing. Backends: c and multicore; cuda as well, marked ``gpu``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any, Iterable
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 
 from pybridge.demo import examples as E
 from pybridge.paths import find_build_file
-from pybridge.testing import check_against, elements, to_numpy
+from pybridge.testing import InputOptions, Tolerance, check_against, elements, to_numpy
 
 pytestmark = pytest.mark.futhark
 
@@ -112,12 +113,17 @@ def entry(lib: Any, name: str) -> Any:
     return getattr(lib, E.get(name).source("futhark").entry)
 
 
+INPUT_FIELDS = frozenset(f.name for f in dataclasses.fields(InputOptions))
+
+
 def check_example(name: str, lib: Any, *, demo_sizes: Iterable[int] = DEMO_SIZES, examples=(), **options: Any) -> None:
     """check_against(the catalog's reference, the entry point) under the catalog's tolerance rule
     (its reasoning is in pybridge/demo/examples.py, at the example), with the demo inputs as examples."""
     ex = E.get(name)
     options.setdefault("settings", SETTINGS)
-    check_against(ex.reference, entry(lib, name), rule=ex.tolerance,
+    # The InputOptions fields among the options (min_value=, max_size= ...) make the inputs= object.
+    generation = {k: options.pop(k) for k in [k for k in options if k in INPUT_FIELDS]}
+    check_against(ex.reference, entry(lib, name), rule=ex.tolerance, inputs=InputOptions(**generation),
                   examples=[*demo_examples(name, demo_sizes), *examples], **options)
 
 
@@ -169,10 +175,11 @@ def test_dot_and_sum_exact_on_integers(dot_lib):
     # |products| <= 1e4 and |partial sums| <= 1e7 < 2**24: every order of summation is exact, so
     # a dropped or doubled element cannot hide inside the worst-case tolerance: ulps=0 (exact).
     ints = st.integers(-100, 100).map(float)
-    exact = dict(ulps=0, check_dtype=True, max_size=1000, settings=SETTINGS)
+    exact = dict(tolerance=Tolerance(ulps=0, check_dtype=True), settings=SETTINGS)
     check_against(lambda xs, ys: f32(int(np.dot(xs.astype(np.int64), ys.astype(np.int64)))), dot_lib.dot,
-                  elements={"xs": ints, "ys": ints}, **exact)
-    check_against(lambda xs: f32(int(xs.astype(np.int64).sum())), dot_lib.sum, elements={"xs": ints}, **exact)
+                  inputs=InputOptions(max_size=1000, elements={"xs": ints, "ys": ints}), **exact)
+    check_against(lambda xs: f32(int(xs.astype(np.int64).sum())), dot_lib.sum,
+                  inputs=InputOptions(max_size=1000, elements={"xs": ints}), **exact)
 
 
 def test_dot_length_mismatch(dot_lib, pf):
@@ -199,8 +206,9 @@ def test_stats(stats_lib):
         finally:
             r.free()
 
-    check_against(np.std, std, signature="entry std [n] (xs: [n]f64) : f64", min_size=1, max_size=300,
-                  min_value=-1e6, max_value=1e6, rtol=1e-9, reduction=lambda xs: 1e-9 * (1 + np.abs(xs).max()),
+    check_against(np.std, std, signature="entry std [n] (xs: [n]f64) : f64",
+                  inputs=InputOptions(min_size=1, max_size=300, min_value=-1e6, max_value=1e6),
+                  tolerance=Tolerance(rtol=1e-9, reduction=lambda xs: 1e-9 * (1 + np.abs(xs).max())),
                   settings=SETTINGS)
 
 

@@ -53,7 +53,7 @@ def _source_dims(entry: EntryRef) -> tuple[list[tuple[Any, ...] | None], tuple[A
     """(dims per parameter, dims of the result, parameter names) from the ``.fut`` source; None
     when the source or the parser is not available."""
     try:
-        from ..testing.futsource import load_source, resolve
+        from ..futhark.source import load_source, resolve
         from ..testing.strategies import find_source
     except ImportError:
         return None

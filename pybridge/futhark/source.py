@@ -5,8 +5,9 @@ The source can: ``entry dot [n] (xs: [n]f32) (ys: [n]f32) : f32``. This module p
 a ``.fut`` file to recover that: top-level ``entry`` headers (spread over any number of lines,
 with comments), their parameter types (arrays, ``*`` uniqueness, records, tuples, parenthesised
 types) and the file's own non-parametric ``type`` abbreviations. What it cannot understand — a
-parametric abbreviation such as ``vec [n]``, a name from another module, a size expression — comes
-back as *unknown* (``kind == "unknown"`` or a ``None`` dimension), never as a guess.
+parametric abbreviation such as ``vec [n]``, a name from another module — comes back as *unknown*
+(``kind == "unknown"`` or a ``None`` dimension), never as a guess. A size expression over names and
+integer literals (``[n+1]``, ``[n*m]``) comes back as a :class:`pybridge.sizeexpr.SizeExpr`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Union
 
+from ..sizeexpr import SizeExpr, SizeExprError, parse_size
 from .types import PRIMITIVES
 
-Dim = Union[str, int, None]  # a size name, a literal size, or unknown / anonymous
+Dim = Union[str, int, SizeExpr, None]  # a size name, a literal size, a size expression, or unknown
 
 _KEYWORDS = frozenset(
     "def let entry type module open import local include val fun in if then else loop for while "
@@ -215,7 +217,11 @@ class _Parser:
             m = re.fullmatch(r"(\d+)(?:[iu](?:8|16|32|64))?", toks[0].text)
             if m:
                 return int(m.group(1))
-        return None  # a size expression such as [n+1]: not tracked
+        try:  # a size expression such as [n+1], in the grammar kernels and strategies share
+            expr = parse_size(" ".join(t.text for t in toks))
+        except SizeExprError:
+            return None  # something else (a function call, a name with a quote): not tracked
+        return expr if expr.names else None
 
     def type_(self) -> TypeExpr:
         """A full type, possibly a function type or a sum type (both only described loosely)."""
@@ -384,6 +390,9 @@ def size_names(t: TypeExpr) -> set[str]:
 
 def _dim_names(t: TypeExpr) -> set[str]:
     names = {d for d in t.dims if isinstance(d, str)}
+    for d in t.dims:
+        if isinstance(d, SizeExpr):
+            names |= d.names
     for _, f in t.fields:
         names |= _dim_names(f)
     for _, ps in t.variants:

@@ -14,7 +14,7 @@ Hypothesis shrinks to a minimal case and the ``MismatchError`` lists indices, va
 
 Modules: ``strategies`` (inputs from manifests, Futhark headers and CUDA signatures), ``compare``
 (tolerances, ``check_against``), ``stateful`` (a state machine over handle lifecycles),
-``futsource`` (the ``.fut`` header parser).
+and the ``.fut`` header reader of ``pybridge.futhark.source`` (re-exported: ``load_source``, ``parse_source``, ...).
 """
 
 from .compare import (
@@ -36,9 +36,10 @@ from .compare import (
     to_numpy,
     ulp_distance,
 )
-from .futsource import EntryDecl, ParamDecl, SourceInfo, TypeExpr, load_source, parse_entry_header, parse_source
+from ..futhark.source import EntryDecl, ParamDecl, SourceInfo, TypeExpr, load_source, parse_entry_header, parse_source
 from .stateful import handle_lifecycle_machine
 from .strategies import (
+    InputOptions,
     InputSpec,
     Inputs,
     ParamSpec,
@@ -63,6 +64,7 @@ __all__ = [
     "CallableTarget",
     "EntryDecl",
     "FutharkTarget",
+    "InputOptions",
     "InputSpec",
     "Inputs",
     "KernelTarget",

@@ -7,14 +7,15 @@ strings must be equal; floats must be within the tolerance:
 
 - default: ``|got - expected| <= atol + rtol*|expected|`` with per-dtype defaults (those of
   ``torch.testing.assert_close``: f16 1e-3/1e-5, f32 1.3e-6/1e-5, f64 1e-7/1e-7);
-- ``rtol=`` / ``atol=``: those instead (a missing one is 0);
-- ``ulps=N``: at most N units in the last place apart, in the target's dtype;
-- ``reduction=True``: ``|got - expected| <= n * eps * sum(|x|)`` over the float array inputs
-  (``n`` their largest length, ``eps`` of the result dtype): the classic bound for a summation in
-  any order; ``reduction=callable(*args)`` returns the bound itself (see :func:`reduction_bound`).
+- ``Tolerance(rtol=, atol=)``: those instead (a missing one is 0);
+- ``Tolerance(ulps=N)``: at most N units in the last place apart, in the target's dtype;
+- ``Tolerance(reduction=True)`` (check_against): ``|got - expected| <= n * eps * sum(|x|)`` over
+  the float array inputs (``n`` their largest length, ``eps`` of the result dtype): the classic
+  bound for a summation in any order; ``reduction=callable(*args)`` returns the bound itself (see
+  :func:`reduction_bound`).
 
-An element passes when it meets any criterion that was asked for. NaN equals NaN only with
-``equal_nan=True``; infinities must match exactly.
+An element passes when it meets any criterion that was asked for (the rtol/atol test is
+``numpy.isclose``'s). NaN equals NaN only with ``equal_nan=True``; infinities must match exactly.
 
 ``rule=`` replaces all of that with an acceptance rule of your own: an object with
 ``check(args, expected, actual)`` returning something with ``.ok`` and ``.message`` (the example
@@ -37,8 +38,10 @@ import numpy as np
 from hypothesis import HealthCheck, example, given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
+from hypothesis.database import ExampleDatabase
 
 from .strategies import (
+    InputOptions,
     InputSpec,
     Inputs,
     entry_spec,
@@ -70,6 +73,9 @@ class Tolerance:
     ulps: int | None = None
     equal_nan: bool = False
     check_dtype: bool = False
+    #: check_against only: True for the bound n*eps*sum|x| over the float inputs, or a callable
+    #: of the inputs returning the bound (see :func:`reduction_bound`).
+    reduction: bool | Callable[..., Any] = False
 
     def explicit(self) -> bool:
         return self.rtol is not None or self.atol is not None or self.ulps is not None
@@ -289,9 +295,6 @@ def _compare_arrays(g: np.ndarray, e: np.ndarray, tol: Tolerance, bound: Any, pa
     g64, e64 = g.astype(np.float64), e.astype(np.float64)
     gnan, enan = np.isnan(g64), np.isnan(e64)
     finite = np.isfinite(g64) & np.isfinite(e64)
-    same_special = (g64 == e64) & ~finite  # equal infinities
-    if tol.equal_nan:
-        same_special |= gnan & enan
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.where(finite, np.abs(g64 - e64), np.where(gnan | enan, np.nan, np.inf))
     if tol.explicit() or bound is not None:
@@ -300,12 +303,19 @@ def _compare_arrays(g: np.ndarray, e: np.ndarray, tol: Tolerance, bound: Any, pa
         rtol, atol = DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES[np.dtype(np.float64)])
     use_abs = not tol.explicit() or tol.rtol is not None or tol.atol is not None or bound is not None
     allowed = atol + rtol * np.abs(e64)
+    atols: Any = atol
     if bound is not None:
         b = bound(dtype) if callable(bound) else bound
-        allowed = allowed + np.broadcast_to(np.asarray(b, dtype=np.float64), e64.shape)
-    ok = same_special.copy()
-    if use_abs:
-        ok |= finite & (err <= allowed)
+        extra = np.broadcast_to(np.asarray(b, dtype=np.float64), e64.shape)
+        allowed = allowed + extra
+        atols = atol + extra
+    # The element test is numpy.isclose's (|got - expected| <= atol + rtol*|expected|, equal
+    # infinities pass, NaN only with equal_nan); the ulps criterion may add to it.
+    with np.errstate(invalid="ignore", over="ignore"):
+        if use_abs:
+            ok = np.isclose(g64, e64, rtol=rtol, atol=atols, equal_nan=tol.equal_nan)
+        else:
+            ok = np.isclose(g64, e64, rtol=0.0, atol=0.0, equal_nan=tol.equal_nan) & ~finite
     ulps = None
     if tol.ulps is not None:
         ulps = ulp_distance(g.astype(dtype), e.astype(dtype))
@@ -689,73 +699,115 @@ def _as_inputs(v: Any) -> Inputs:
     return Inputs({"arg0": v})
 
 
+class _KeyedDatabase(ExampleDatabase):
+    """Another example database with every key prefixed, so that one check's saved failures are
+    replayed by that check only."""
+
+    def __init__(self, inner: ExampleDatabase, prefix: bytes) -> None:
+        super().__init__()
+        self.inner = inner
+        self.prefix = prefix
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.inner.save(self.prefix + key, value)
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        return self.inner.fetch(self.prefix + key)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.inner.delete(self.prefix + key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.inner.move(self.prefix + src, self.prefix + dest, value)
+
+
+_TOLERANCE_FIELDS = ("rtol", "atol", "ulps", "reduction", "equal_nan", "check_dtype")
+_LAUNCH_FIELDS = ("grid", "block", "stream", "shared_mem")
+
+
+def _moved_keywords(moved: Mapping[str, Any]) -> TypeError:
+    """The error for check_against keywords that moved into option objects: names the new form."""
+    from dataclasses import fields
+
+    from .strategies import InputOptions
+
+    input_fields = {f.name for f in fields(InputOptions)}
+    lines = []
+    for group, names, form in (
+        ("input", input_fields, "inputs=InputOptions({})"),
+        ("tolerance", set(_TOLERANCE_FIELDS), "tolerance=Tolerance({})"),
+        ("launch", set(_LAUNCH_FIELDS), "a KernelTarget(kernel, {}) as the target"),
+    ):
+        given_here = [k for k in moved if k in names]
+        if given_here:
+            lines.append(form.format(", ".join(f"{k}=..." for k in given_here)))
+    unknown = [k for k in moved if k not in input_fields and k not in _TOLERANCE_FIELDS and k not in _LAUNCH_FIELDS]
+    if unknown:
+        return TypeError(f"check_against() got unexpected keyword argument(s) {', '.join(unknown)}")
+    return TypeError(
+        f"check_against({', '.join(f'{k}=...' for k in moved)}): these options moved into option objects; "
+        f"pass {' and '.join(lines)}"
+    )
+
+
 def check_against(
     reference: Callable[..., Any],
     target: Any,
     *,
-    inputs: Any = None,
     signature: str | InputSpec | Any = None,
     sizes: Mapping[str, Any] | None = None,
     shapes: Mapping[str, Any] | None = None,
     source: Any = None,
-    min_size: int = 0,
-    max_size: int = 32,
-    extra_sizes: Iterable[int] | Mapping[str, Iterable[int]] = (),
-    max_elements: int = 1 << 22,
-    allow_nan: bool = False,
-    allow_infinity: bool = False,
-    allow_subnormal: bool = False,
-    min_value: float | None = None,
-    max_value: float | None = None,
-    ranges: Mapping[str, tuple[float | None, float | None]] | None = None,
-    elements: Mapping[str, Any] | None = None,
-    values: Mapping[str, Any] | None = None,
-    rtol: float | None = None,
-    atol: float | None = None,
-    ulps: int | None = None,
-    reduction: bool | Callable[..., Any] = False,
-    equal_nan: bool = False,
-    check_dtype: bool = False,
+    inputs: InputOptions | Any = None,
+    tolerance: Tolerance | None = None,
     rule: Any = None,
     errors: type[BaseException] | tuple[type[BaseException], ...] | None = None,
     error_match: str | None = None,
-    grid: Any = None,
-    block: Any = None,
-    stream: Any = None,
-    shared_mem: Any = None,
     examples: Iterable[Mapping[str, Any]] = (),
     max_examples: int = 100,
     settings: Settings | None = None,
+    **moved: Any,
 ) -> None:
     """Property-test ``target`` against ``reference`` on generated inputs; raise on a difference.
 
-    ``target``: a Futhark entry point (``lib.saxpy``), a ``pybridge.cuda`` Kernel, a
+    ``target``: a Futhark entry point (``lib.saxpy``), a ``pybridge.cuda`` Kernel (launch options:
+    pass ``KernelTarget(kernel, grid=..., block=..., stream=..., shared_mem=...)``), a
     :class:`Target`, or any callable (then say what its inputs are: ``signature=`` with a Futhark
     header or CUDA signature text, or ``inputs=`` strategies). ``reference`` is called with the
     same arguments, as NumPy values, in parameter order, and returns the expected result(s) (for a
     kernel-style signature it may instead fill the output arrays in place and return None).
     Each side gets its own copy of the inputs.
 
-    Input options are those of :func:`pybridge.testing.strategies.inputs` plus ``sizes=`` /
-    ``shapes=`` / ``source=``; tolerance options are described in this module's docstring. On a
+    ``sizes=`` / ``shapes=`` / ``source=`` say how dimensions are named (see
+    :mod:`pybridge.testing.strategies`). ``inputs=``: an :class:`InputOptions` (how values are
+    generated), or the inputs themselves as a strategy of dicts/tuples, a dict of strategies or a
+    sequence of strategies. ``tolerance=``: a :class:`Tolerance` (see this module's docstring). On a
     difference Hypothesis shrinks the case and re-raises :class:`MismatchError` (an
     ``AssertionError``) whose message lists the mismatching indices and the inputs; its
     ``.inputs`` is the minimal case.
 
-    ``rule=``: an acceptance rule instead of the tolerance options (``rule.check(args, expected,
-    actual)`` with ``.ok``/``.message``, e.g. a catalog tolerance, or a callable returning a bool
-    or ``(ok, message)``); it gets the NumPy results and its own copy of the inputs.
+    ``rule=``: an acceptance rule instead of a tolerance (``rule.check(args, expected, actual)``
+    with ``.ok``/``.message``, or a callable returning a bool or ``(ok, message)``); it gets the
+    NumPy results and its own copy of the inputs.
 
     ``errors=``: exception type(s) of the target that the specification allows: where the
     reference raises (any exception), the target must raise one of them, with ``error_match``
     (a regular expression, as in ``pytest.raises(match=)``) found in its message; where only one
     side raises, the case fails. Other exceptions of the target propagate, as without ``errors=``.
 
-    ``grid=``, ``block=``, ``stream=``, ``shared_mem=``: launch options of a CUDA Kernel target.
+    The options that used to be keywords (``max_size=``, ``rtol=``, ``grid=`` ...) raise a
+    TypeError that names their new place.
     """
-    if rule is not None and (rtol is not None or atol is not None or ulps is not None or reduction is not False
-                             or equal_nan or check_dtype):
-        raise TypeError("rule= replaces rtol/atol/ulps/reduction/equal_nan/check_dtype: give one or the other")
+    if moved:
+        raise _moved_keywords(moved)
+    if tolerance is not None and not isinstance(tolerance, Tolerance):
+        raise TypeError(f"tolerance= must be a Tolerance, got {type(tolerance).__name__}")
+    if rule is not None and tolerance is not None:
+        raise TypeError("rule= replaces tolerance=: give one or the other")
+    tol = tolerance if tolerance is not None else Tolerance()
+    reduction = tol.reduction
+    options = inputs if isinstance(inputs, InputOptions) else None
+    given_inputs = None if isinstance(inputs, InputOptions) else inputs
     if errors is not None:
         allowed = errors if isinstance(errors, tuple) else (errors,)
         if not allowed or not all(isinstance(e, type) and issubclass(e, BaseException) for e in allowed):
@@ -770,8 +822,8 @@ def check_against(
         spec = spec_from_kernel(signature, sizes=sizes, shapes=shapes)
     else:
         spec = None
-    tgt = as_target(target, grid=grid, block=block, stream=stream, shared_mem=shared_mem, spec=spec)
-    if spec is None and inputs is None:
+    tgt = as_target(target, spec=spec)
+    if spec is None and given_inputs is None:
         if isinstance(tgt, FutharkTarget):
             spec = tgt.spec(sizes=sizes, shapes=shapes, source=source)
         else:
@@ -779,30 +831,15 @@ def check_against(
     if isinstance(tgt, CallableTarget) and tgt._spec is None:
         tgt._spec = spec
     ref = CallableTarget(reference, spec, name="reference")
-    if inputs is not None:
-        strategy = _strategy_from_inputs(inputs)
+    if given_inputs is not None:
+        strategy = _strategy_from_inputs(given_inputs)
     elif spec is not None:
-        strategy = inputs_strategy(
-            spec,
-            min_size=min_size,
-            max_size=max_size,
-            extra_sizes=extra_sizes,
-            max_elements=max_elements,
-            allow_nan=allow_nan,
-            allow_infinity=allow_infinity,
-            allow_subnormal=allow_subnormal,
-            min_value=min_value,
-            max_value=max_value,
-            ranges=ranges,
-            elements=elements,
-            values=values,
-        )
+        strategy = inputs_strategy(spec, options)
     else:
         raise TypeError(
             f"{tgt.name} does not describe its inputs: pass signature='entry f [n] (xs: [n]f32) ...' "
             "(or a CUDA signature), or inputs=<strategies>"
         )
-    tol = Tolerance(rtol, atol, ulps, equal_nan, check_dtype)
     what = tgt.name
 
     def check_case(case: Inputs) -> None:
@@ -842,22 +879,21 @@ def check_against(
         if ms:
             raise MismatchError(_message(what, ms, case), case, ms, got, expected) from got_exc
 
-    run = given(case=strategy)(check_case)
-    # One minimal failure, not an ExceptionGroup of every distinct one Hypothesis met on the way.
-    run = (
-        settings
-        or Settings(
-            max_examples=max_examples,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
-            report_multiple_bugs=False,
-        )
-    )(run)
+    # Hypothesis keys its example database on the test function, which is this same closure for
+    # every check: give each check its own keys, through the public database interface.
+    key = f"{what}\0{spec.describe() if spec else ''}\0{getattr(reference, '__qualname__', '')}"
+    base = settings or Settings(
+        max_examples=max_examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+        # One minimal failure, not an ExceptionGroup of every distinct one Hypothesis met on the way.
+        report_multiple_bugs=False,
+    )
+    if base.database is not None:
+        base = Settings(base, database=_KeyedDatabase(base.database, hashlib.sha256(key.encode()).digest()))
+    run = base(given(case=strategy)(check_case))
     for ex in examples:
         run = example(case=_as_inputs(ex))(run)
-    # Hypothesis keys its example database on the test function; tell the checks apart.
-    key = f"{what}\0{spec.describe() if spec else ''}\0{getattr(reference, '__qualname__', '')}"
-    run.hypothesis.inner_test._hypothesis_internal_add_digest = hashlib.sha256(key.encode()).digest()  # type: ignore[attr-defined]
     run()
 
 

@@ -25,7 +25,6 @@ normal-or-zero unless ``allow_nan`` / ``allow_infinity`` / ``allow_subnormal`` s
 
 from __future__ import annotations
 
-import ast
 import copy
 import math
 import re
@@ -40,11 +39,12 @@ from hypothesis.extra.numpy import array_shapes, arrays, from_dtype
 
 from ..futhark.manifest import ArrayType, EntryPoint, Manifest, OpaqueType
 from ..futhark.types import PRIMITIVES, split_array_type
-from .futsource import Dim, EntryDecl, SourceInfo, TypeExpr, load_source, parse_dims, parse_source
+from ..sizeexpr import SizeExpr, parse_size
+from ..futhark.source import Dim, EntryDecl, SourceInfo, TypeExpr, load_source, parse_dims, parse_source
 
 # ---------------------------------------------------------------- value descriptions
 
-DimExpr = Union[str, int]  # a size expression over size names ("n", "m*k") or a fixed size
+DimExpr = Union[str, int, SizeExpr]  # a size name or expression over size names ("n", "m*k"), or a fixed size
 
 
 @dataclass(frozen=True)
@@ -168,37 +168,15 @@ def describe_spec(spec: ValueSpec) -> str:
 
 # ---------------------------------------------------------------- size expressions
 
-_ALLOWED_BINOPS: dict[type[ast.operator], Callable[[int, int], int]] = {
-    ast.Add: lambda a, b: a + b,
-    ast.Sub: lambda a, b: a - b,
-    ast.Mult: lambda a, b: a * b,
-    ast.FloorDiv: lambda a, b: a // b,
-    ast.Div: lambda a, b: a // b,  # sizes are integers: C's "/" on sizes
-    ast.Mod: lambda a, b: a % b,
-}
-
-
-def _parse_size(expr: str) -> ast.expr:
-    try:
-        tree = ast.parse(expr.strip(), mode="eval").body
-    except SyntaxError:
-        raise ValueError(f"cannot read size expression {expr!r}") from None
-    for node in ast.walk(tree):
-        ok = isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.USub, ast.UAdd))
-        ok = ok or type(node) in _ALLOWED_BINOPS
-        ok = ok or (isinstance(node, ast.Constant) and isinstance(node.value, int))
-        if not ok:
-            raise ValueError(f"size expression {expr!r}: only names, integers and + - * / % are allowed")
-    return tree
-
-
 def size_names_in(expr: DimExpr) -> list[str]:
     """The size names an expression mentions: ``"m*k"`` -> ``["m", "k"]``."""
     if isinstance(expr, int):
         return []
+    if isinstance(expr, SizeExpr):
+        return expr.ordered_names()
     if _is_plain_name(expr):  # the common case; also allows names like "xs[0]" that aren't Python
         return [expr]
-    return list(dict.fromkeys(n.id for n in ast.walk(_parse_size(expr)) if isinstance(n, ast.Name)))
+    return parse_size(expr).ordered_names()
 
 
 def _is_plain_name(expr: str) -> bool:
@@ -206,25 +184,15 @@ def _is_plain_name(expr: str) -> bool:
 
 
 def eval_size(expr: DimExpr, sizes: Mapping[str, int]) -> int:
-    """The value of a size expression under drawn sizes."""
+    """The value of a size expression under drawn sizes (:mod:`pybridge.sizeexpr`, the one
+    evaluator kernel checks and Futhark size rules use too)."""
     if isinstance(expr, int):
         return expr
+    if isinstance(expr, SizeExpr):
+        return expr.evaluate(sizes)
     if _is_plain_name(expr):
         return int(sizes[expr])
-
-    def ev(node: ast.expr) -> int:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.Name):
-            return int(sizes[node.id])
-        if isinstance(node, ast.UnaryOp):
-            v = ev(node.operand)
-            return -v if isinstance(node.op, ast.USub) else v
-        if isinstance(node, ast.BinOp):
-            return _ALLOWED_BINOPS[type(node.op)](ev(node.left), ev(node.right))
-        raise ValueError(f"unsupported size expression node {ast.dump(node)}")
-
-    return ev(_parse_size(expr))
+    return parse_size(expr).evaluate(sizes)
 
 
 # ---------------------------------------------------------------- user size annotations
@@ -413,7 +381,7 @@ def spec_from_decl(decl: EntryDecl | str, *, sizes: SizesArg | None = None, shap
     ``spec_from_decl("entry saxpy [n] (a: f32) (xs: [n]f32) (ys: [n]f32) : [n]f32")``
     """
     if isinstance(decl, str):
-        from .futsource import parse_entry_header
+        from ..futhark.source import parse_entry_header
 
         decl = parse_entry_header(decl)
     user = _normalise_sizes(sizes, shapes)
@@ -703,8 +671,20 @@ StrategyOrFactory = Union[st.SearchStrategy[Any], Callable[[Mapping[str, int]], 
 
 
 @dataclass(frozen=True)
-class GenOptions:
-    """Knobs shared by every generated value (see :func:`inputs`)."""
+class InputOptions:
+    """How :func:`inputs` (and ``check_against(inputs=InputOptions(...))``) generates values.
+
+    - ``min_size``/``max_size``: bounds of every size name; ``extra_sizes``: sizes also tried
+      (0, 1, block±1, a large one: see :func:`block_sizes`), for every size, or per size name
+      (``{"n": block_sizes(256), "nbins": (0, 12288)}``; sizes not named get none);
+      ``max_elements`` caps one array.
+    - ``allow_nan``/``allow_infinity``/``allow_subnormal``: special floats (default: none).
+    - ``ranges={"name": (lo, hi)}``: bounds for a parameter's elements (dotted paths for record
+      fields) or for a size name; ``min_value``/``max_value``: default bounds of every number.
+    - ``elements={"xs": strategy}`` replaces a parameter's element strategy; ``values={"p":
+      strategy}`` replaces the whole value. Either may be a function of the drawn sizes
+      (``lambda sizes: st.integers(0, sizes["n"] - 1)``) for values that depend on them.
+    """
 
     min_size: int = 0
     max_size: int = 32
@@ -719,12 +699,20 @@ class GenOptions:
     elements: Mapping[str, StrategyOrFactory] = field(default_factory=dict)
     values: Mapping[str, StrategyOrFactory] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Accept any iterable / None where a tuple or a dict is kept (frozen: set via object).
+        extra = self.extra_sizes
+        extra = {k: tuple(v) for k, v in extra.items()} if isinstance(extra, Mapping) else tuple(extra or ())
+        object.__setattr__(self, "extra_sizes", extra)
+        for name in ("ranges", "elements", "values"):
+            object.__setattr__(self, name, dict(getattr(self, name) or {}))
+
 
 def _resolve(s: StrategyOrFactory, sizes: Mapping[str, int]) -> st.SearchStrategy[Any]:
     return s if isinstance(s, st.SearchStrategy) else s(sizes)
 
 
-def _elements_for(dtype: np.dtype, path: str, sizes: Mapping[str, int], o: GenOptions) -> st.SearchStrategy[Any]:
+def _elements_for(dtype: np.dtype, path: str, sizes: Mapping[str, int], o: InputOptions) -> st.SearchStrategy[Any]:
     if path in o.elements:
         return _resolve(o.elements[path], sizes)
     lo, hi = o.ranges.get(path, (o.min_value, o.max_value))
@@ -745,14 +733,14 @@ def _cast_elements(dtype: np.dtype, s: st.SearchStrategy[Any]) -> st.SearchStrat
     return s.map(lambda v: dtype.type(v))
 
 
-def _array(dtype: np.dtype, shape: tuple[int, ...], path: str, sizes: Mapping[str, int], o: GenOptions) -> st.SearchStrategy[Any]:
+def _array(dtype: np.dtype, shape: tuple[int, ...], path: str, sizes: Mapping[str, int], o: InputOptions) -> st.SearchStrategy[Any]:
     n = math.prod(shape)
     assume(n <= o.max_elements)  # a product of large extra sizes: skip rather than exhaust memory
     elems = _elements_for(dtype, path, sizes, o)
     return arrays(dtype, shape, elements=elems)
 
 
-def _value(spec: ValueSpec, path: str, sizes: Mapping[str, int], o: GenOptions) -> st.SearchStrategy[Any]:
+def _value(spec: ValueSpec, path: str, sizes: Mapping[str, int], o: InputOptions) -> st.SearchStrategy[Any]:
     if path in o.values:
         return _resolve(o.values[path], sizes)
     if isinstance(spec, PrimSpec):
@@ -804,50 +792,16 @@ def _unknown_paths(spec: ValueSpec, path: str) -> Iterator[tuple[str, UnknownSpe
                 yield from _unknown_paths(p, f"{path}.{n}.{k}")
 
 
-def inputs(
-    spec: InputSpec,
-    *,
-    min_size: int = 0,
-    max_size: int = 32,
-    extra_sizes: Iterable[int] | Mapping[str, Iterable[int]] = (),
-    max_elements: int = 1 << 22,
-    allow_nan: bool = False,
-    allow_infinity: bool = False,
-    allow_subnormal: bool = False,
-    min_value: float | None = None,
-    max_value: float | None = None,
-    ranges: Mapping[str, tuple[float | None, float | None]] | None = None,
-    elements: Mapping[str, StrategyOrFactory] | None = None,
-    values: Mapping[str, StrategyOrFactory] | None = None,
-) -> st.SearchStrategy[Inputs]:
-    """A strategy of :class:`Inputs` for ``spec``.
-
-    - ``min_size``/``max_size``: bounds of every size name; ``extra_sizes``: sizes also tried
-      (0, 1, block±1, a large one: see :func:`block_sizes`), for every size, or per size name
-      (``{"n": block_sizes(256), "nbins": (0, 12288)}``; sizes not named get none);
-      ``max_elements`` caps one array.
-    - ``ranges={"name": (lo, hi)}``: bounds for a parameter's elements (dotted paths for record
-      fields) or for a size name; ``min_value``/``max_value``: default bounds of every number.
-    - ``elements={"xs": strategy}`` replaces a parameter's element strategy; ``values={"p":
-      strategy}`` replaces the whole value. Either may be a function of the drawn sizes
-      (``lambda sizes: st.integers(0, sizes["n"] - 1)``) for values that depend on them.
-    """
-    o = GenOptions(
-        min_size=min_size,
-        max_size=max_size,
-        extra_sizes=(
-            {k: tuple(v) for k, v in extra_sizes.items()} if isinstance(extra_sizes, Mapping) else tuple(extra_sizes)
-        ),
-        max_elements=max_elements,
-        allow_nan=allow_nan,
-        allow_infinity=allow_infinity,
-        allow_subnormal=allow_subnormal,
-        min_value=min_value,
-        max_value=max_value,
-        ranges=dict(ranges or {}),
-        elements=dict(elements or {}),
-        values=dict(values or {}),
-    )
+def inputs(spec: InputSpec, options: InputOptions | None = None, **keywords: Any) -> st.SearchStrategy[Inputs]:
+    """A strategy of :class:`Inputs` for ``spec``, generated as ``options`` says (an
+    :class:`InputOptions`); its fields may also be given as keywords (``inputs(spec, max_size=8)``),
+    which override those of ``options``."""
+    if options is not None and not isinstance(options, InputOptions):
+        raise TypeError(f"options must be an InputOptions, got {type(options).__name__}")
+    try:
+        o = replace(options, **keywords) if options is not None else InputOptions(**keywords)
+    except TypeError as e:
+        raise TypeError(f"inputs(): {e}; the options are the fields of InputOptions") from None
     names = spec.size_names()
     known = {p.name for p in spec.params} | set(names)
     for what, keys in (("ranges", o.ranges), ("elements", o.elements), ("values", o.values)):
@@ -952,7 +906,7 @@ def spec_from_text(text: str, *, sizes: SizesArg | None = None, shapes: SizesArg
 
 __all__ = [
     "ArraySpec",
-    "GenOptions",
+    "InputOptions",
     "InputSpec",
     "Inputs",
     "ParamSpec",

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
-from pybridge.testing import check_against
+from pybridge.testing import InputOptions, Tolerance, check_against
 
 pytestmark = pytest.mark.gpu
 
@@ -76,7 +76,8 @@ def test_compile_a_string_and_launch_with_checked_arguments(cache: Path) -> None
     assert built.from_cache and built.compiled_by == "pycuda"  # PyCUDA imports here, so its compiler ran
     assert cuda.compile(source) is mod
     # Property test against NumPy, inputs drawn from the source's own declaration.
-    check_against(lambda a, x, y, out, n: np.float32(a) * x + y, k, max_size=5000, ulps=0, equal_nan=True,
+    check_against(lambda a, x, y, out, n: np.float32(a) * x + y, k,
+                  inputs=InputOptions(max_size=5000), tolerance=Tolerance(ulps=0, equal_nan=True),
                   settings=SETTINGS)
 
 

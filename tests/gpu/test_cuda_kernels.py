@@ -45,7 +45,7 @@ from hypothesis import strategies as st
 
 from pybridge.demo import catalog
 from pybridge.demo import examples as E
-from pybridge.testing import check_against, on_device
+from pybridge.testing import InputOptions, KernelTarget, Tolerance, check_against, on_device
 
 pytestmark = pytest.mark.gpu
 
@@ -58,10 +58,10 @@ GPU_SETTINGS = settings(
 
 # Sizes around the block (256), scan tile (8192) and warp (32) boundaries, plus anything up to 5000.
 SIZE_EDGES = (0, 1, 2, 31, 32, 33, 255, 256, 257, 1023, 1025, 2047, 2048, 2049, 4095, 4097, 8191, 8193)
-SIZES: dict[str, Any] = dict(max_size=5000, extra_sizes=SIZE_EDGES)
+SIZES: dict[str, Any] = dict(max_size=5000, extra_sizes=SIZE_EDGES)  # InputOptions fields
 # Every float32, NaN, infinities and subnormals included: the exact kernels must agree on all.
-ALL_F32: dict[str, Any] = dict(allow_nan=True, allow_infinity=True, allow_subnormal=True)
-EXACT: dict[str, Any] = dict(ulps=0, equal_nan=True)
+ALL_F32: dict[str, Any] = dict(allow_nan=True, allow_infinity=True, allow_subnormal=True)  # InputOptions fields
+EXACT = Tolerance(ulps=0, equal_nan=True)
 PATHS = ["kernel", "stream", "launcher"]
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -135,8 +135,9 @@ def test_saxpy_exact(path: str) -> None:
     check_against(
         reference_saxpy, saxpy_on(path),
         signature="entry saxpy [n] (a: f32) (x: [n]f32) (y: [n]f32) : [n]f32",
-        **SIZES, **ALL_F32, **EXACT,
-        values={"y": dense(lambda rng, s: normal_f32(rng, s["n"]))},  # a, x: any float32; y: dense N(0, 1)
+        # a, x: any float32; y: dense N(0, 1)
+        inputs=InputOptions(**SIZES, **ALL_F32, values={"y": dense(lambda rng, s: normal_f32(rng, s["n"]))}),
+        tolerance=EXACT,
         examples=[
             {"a": f32(2.5), "x": Big(big, 1).floats(), "y": Big(big, 2).floats()},
             {"a": f32(-0.0), "x": np.zeros(0, f32), "y": np.zeros(0, f32)},
@@ -172,8 +173,8 @@ def test_sum_accuracy(path: str) -> None:
     check_against(
         exact_sum, sum_on(path),
         signature="entry sum [n] (x: [n]f32) : [1]f32",
-        **SIZES, min_value=-1e4, max_value=1e4, allow_subnormal=True,
-        reduction=True,  # n * eps32 * sum|x| (see the module docstring)
+        inputs=InputOptions(**SIZES, min_value=-1e4, max_value=1e4, allow_subnormal=True),
+        tolerance=Tolerance(reduction=True),  # n * eps32 * sum|x| (see the module docstring)
         examples=[{"x": Big(2**24 + 3, 7).floats()}, {"x": np.array([1e8, 1.0, -1e8], f32)}],
         settings=GPU_SETTINGS,
     )
@@ -289,8 +290,8 @@ def test_scan_accuracy(path: str) -> None:
     check_against(
         lambda x, inplace: reference_scan(x), scan_on(path),
         signature="entry scan [n] (x: [n]f32) (inplace: bool) : [n]f32",  # inplace: out = x
-        **SIZES, min_value=-100, max_value=100, allow_subnormal=True,
-        reduction=scan_bound,
+        inputs=InputOptions(**SIZES, min_value=-100, max_value=100, allow_subnormal=True),
+        tolerance=Tolerance(reduction=scan_bound),
         examples=[
             {"x": Big(2**24 + 3, 5).floats(), "inplace": False},
             {"x": Big(2**26 + 5, 6).floats(), "inplace": True},  # > 2^26: 16385 tiles, long look-backs
@@ -351,12 +352,11 @@ def test_matmul_accuracy(path: str) -> None:
     check_against(
         reference_matmul, matmul_on(path),
         signature="entry matmul [m] [k] [n] (a: [m][k]f32) (b: [k][n]f32) : [m][n]f32",
-        max_size=150, extra_sizes=MATMUL_EDGES,
-        values={  # dense uniform(-2, 2) matrices
+        inputs=InputOptions(max_size=150, extra_sizes=MATMUL_EDGES, values={  # dense uniform(-2, 2) matrices
             "a": dense(lambda rng, s: uniform_f32(rng, (s["m"], s["k"]), -2, 2)),
             "b": dense(lambda rng, s: uniform_f32(rng, (s["k"], s["n"]), -2, 2)),
-        },
-        reduction=matmul_bound,
+        }),
+        tolerance=Tolerance(reduction=matmul_bound),
         examples=[
             matmul_example(1, 1, 1, 0),
             matmul_example(128, 128, 16, 1),  # exactly one tile
@@ -403,8 +403,8 @@ def test_histogram_exact(path: str) -> None:
     check_against(
         lambda x, nbins: E.histogram_reference(nbins, x), histogram_on(path),
         signature="entry histogram [n] (x: [n]i32) (nbins: i32) : [nbins]i32",  # nbins: drawn like a size
-        ranges={"n": (0, 5000), "nbins": (0, 800)}, extra_sizes={"n": SIZE_EDGES, "nbins": NBINS_EDGES},
-        elements={"x": HIST_VALUES},
+        inputs=InputOptions(ranges={"n": (0, 5000), "nbins": (0, 800)}, extra_sizes={"n": SIZE_EDGES, "nbins": NBINS_EDGES},
+                            elements={"x": HIST_VALUES}),
         examples=[histogram_example(2**24 + 3, 5, 256), histogram_example(2**24 + 3, 6, 70000)],
         settings=GPU_SETTINGS,
     )
@@ -443,7 +443,7 @@ def test_mandelbrot_exact(path: str) -> None:
         reference_mandelbrot, mandelbrot_on(path),
         # w and h size the result: drawn like sizes, in 0..70
         signature="entry mandelbrot (w: i32) (h: i32) (x0: f32) (y0: f32) (dx: f32) (dy: f32) (max_iter: i32) : [h][w]i32",
-        ranges=MANDELBROT_RANGES,
+        inputs=InputOptions(ranges=MANDELBROT_RANGES),
         examples=[
             mandelbrot_example(4099, 1031, -2.0, -1.25, 2.5 / 4099, 2.5 / 1031, 64),
             mandelbrot_example(1, 1, -0.75, 0.1, 0.0, 0.0, 1000),
@@ -491,7 +491,7 @@ def test_chain_fused_equals_unfused_equals_numpy(path: str) -> None:
     check_against(
         reference, chain_on(path),
         signature="entry chain [n] (x: [n]f32) (nops: i32) : [n]f32",
-        **SIZES, **ALL_F32, **EXACT, ranges={"nops": (0, 40)},
+        inputs=InputOptions(**SIZES, **ALL_F32, ranges={"nops": (0, 40)}), tolerance=EXACT,
         examples=[{"x": Big(2**24 + 3, 9).floats(), "nops": i32(10)}],
         settings=GPU_SETTINGS,
     )
@@ -513,35 +513,40 @@ def _histogram_adds(x: np.ndarray, bins: np.ndarray, n: Any, nbins: Any) -> np.n
     return bins + E.histogram_reference(int(nbins), x)  # both kernels add to bins (the caller zeroes them)
 
 
-def _kernel_cases() -> dict[str, tuple[str, str, Callable[..., Any], dict[str, Any]]]:
-    """name -> (module, kernel, reference in parameter order, check_against options)."""
+def _kernel_cases() -> dict[str, tuple[str, str, Callable[..., Any], dict[str, Any], dict[str, Any]]]:
+    """name -> (module, kernel, reference in parameter order, check_against options, KernelTarget
+    launch options)."""
     histogram_options: dict[str, Any] = dict(
         ranges={"n": (0, 5000), "nbins": (0, 800), "bins": (-1000, 1000)}, elements={"x": HIST_VALUES},
     )
     return {
         "saxpy": ("saxpy", "saxpy", lambda a, x, y, out, n: E.saxpy_reference(a, x, y),
-                  dict(**SIZES, **ALL_F32, **EXACT)),
+                  dict(inputs=InputOptions(**SIZES, **ALL_F32), tolerance=EXACT), {}),
         "chain": ("chain", "chain", lambda x, out, n, nops: E.chain_reference(x, nops),
-                  dict(**SIZES, **ALL_F32, **EXACT, ranges={"nops": (0, 40)})),
+                  dict(inputs=InputOptions(**SIZES, **ALL_F32, ranges={"nops": (0, 40)}), tolerance=EXACT), {}),
         "chain_step": ("chain", "chain_step", _chain_step_reference,
-                       dict(**SIZES, **ALL_F32, **EXACT, ranges={"k": (-1000, 1000)})),
+                       dict(inputs=InputOptions(**SIZES, **ALL_F32, ranges={"k": (-1000, 1000)}), tolerance=EXACT), {}),
         # 4*nbins bytes of dynamic shared memory: at most 48 KiB (12288 bins) without an opt-in
         "histogram": ("histogram", "histogram", _histogram_adds,
-                      dict(histogram_options, shared_mem=lambda s: 4 * s["nbins"],
-                           extra_sizes={"n": SIZE_EDGES, "nbins": (0, 1, 2, 255, 256, 257, 12288)})),
+                      dict(inputs=InputOptions(**histogram_options,
+                                               extra_sizes={"n": SIZE_EDGES, "nbins": (0, 1, 2, 255, 256, 257, 12288)})),
+                      dict(shared_mem=lambda s: 4 * s["nbins"])),
         "histogram_global": ("histogram", "histogram_global", _histogram_adds,
-                             dict(histogram_options, extra_sizes={"n": SIZE_EDGES, "nbins": NBINS_EDGES})),
+                             dict(inputs=InputOptions(**histogram_options, extra_sizes={"n": SIZE_EDGES, "nbins": NBINS_EDGES})),
+                             {}),
         "matmul": ("matmul", "matmul",
                    lambda a, b, c, m, n, k: E.matmul_reference(a.reshape(m, k), b.reshape(k, n)).ravel(),
-                   dict(max_size=150, extra_sizes=MATMUL_EDGES,
-                        values={"a": dense(lambda rng, s: uniform_f32(rng, s["m"] * s["k"], -2, 2)),
-                                "b": dense(lambda rng, s: uniform_f32(rng, s["k"] * s["n"], -2, 2))},
-                        reduction=lambda a, b, c, m, n, k: matmul_bound(a.reshape(m, k), b.reshape(k, n)).ravel(),
-                        grid=lambda s: catalog.matmul_config(s["m"], s["n"]).grid, block=catalog.MM_THREADS)),
+                   dict(inputs=InputOptions(
+                            max_size=150, extra_sizes=MATMUL_EDGES,
+                            values={"a": dense(lambda rng, s: uniform_f32(rng, s["m"] * s["k"], -2, 2)),
+                                    "b": dense(lambda rng, s: uniform_f32(rng, s["k"] * s["n"], -2, 2))}),
+                        tolerance=Tolerance(
+                            reduction=lambda a, b, c, m, n, k: matmul_bound(a.reshape(m, k), b.reshape(k, n)).ravel())),
+                   dict(grid=lambda s: catalog.matmul_config(s["m"], s["n"]).grid, block=catalog.MM_THREADS)),
         "mandelbrot": ("mandelbrot", "mandelbrot",
                        lambda out, w, h, *view: E.mandelbrot_reference(w, h, *view, nan_stops=False).ravel(),
-                       dict(ranges=MANDELBROT_RANGES, grid=lambda s: catalog.mandelbrot_config(s["w"], s["h"]).grid,
-                            block=catalog.MANDEL_BLOCK)),
+                       dict(inputs=InputOptions(ranges=MANDELBROT_RANGES)),
+                       dict(grid=lambda s: catalog.mandelbrot_config(s["w"], s["h"]).grid, block=catalog.MANDEL_BLOCK)),
     }
 
 
@@ -551,10 +556,10 @@ KERNEL_CASES = ["saxpy", "chain", "chain_step", "histogram", "histogram_global",
 @pytest.mark.parametrize("path", ["kernel", "stream"])
 @pytest.mark.parametrize("name", KERNEL_CASES)
 def test_kernel_object(name: str, path: str) -> None:
-    module, kernel, reference, options = _kernel_cases()[name]
+    module, kernel, reference, options, launch = _kernel_cases()[name]
     k = catalog.get_kernel(module, kernel)
     # Default launch geometry where not given: block 256, enough blocks for the longest array.
-    check_against(reference, k, stream=stream_for(path), settings=GPU_SETTINGS, **options)
+    check_against(reference, KernelTarget(k, stream=stream_for(path), **launch), settings=GPU_SETTINGS, **options)
 
 
 def test_kernel_cases_cover_every_single_launch_kernel() -> None:
