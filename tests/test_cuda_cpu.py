@@ -33,6 +33,7 @@ from pybridge.cuda.kernel import bind_args, struct_format
 from pybridge.cuda.launch_config import LaunchConfig, grid_2d, grid_for
 from pybridge.cuda.module import Images, choose_image, cubin_arch, cubin_runs_on
 from pybridge.cuda.signature import (
+    C_KEYWORDS,
     SCALAR_TYPES,
     KernelSignature,
     Param,
@@ -169,10 +170,11 @@ def test_not_a_string() -> None:
 
 
 # Hypothesis: random well-formed declarations, written with random spacing, parse back exactly.
+# C keywords (`if`, `for` ...) cannot name a parameter: declarations are read as C (pycparser).
 _IDENTS = st.from_regex(r"[a-z_][a-z0-9_]{0,6}", fullmatch=True).filter(
     lambda s: s not in {"const", "restrict", "volatile", "int", "char", "short", "long", "unsigned",
                         "signed", "float", "double", "bool", "void", "half", "min", "max"}
-    and s not in SCALAR_TYPES
+    and s not in SCALAR_TYPES and s not in C_KEYWORDS
 )
 
 

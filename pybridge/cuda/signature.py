@@ -34,6 +34,7 @@ from ..primitives import BY_DTYPE, BY_SPELLING
 from ..sizeexpr import SizeExpr, SizeExprError, parse_size
 
 __all__ = [
+    "C_KEYWORDS",
     "SCALAR_TYPES",
     "KernelSignature",
     "Param",
@@ -199,6 +200,13 @@ _PYCPARSER_KEYWORDS = frozenset(
     {"int", "char", "short", "long", "unsigned", "signed", "float", "double", "_Bool", "void", "const",
      "restrict", "volatile", "struct", "union", "enum"}
 )
+# C's reserved words (C11), none of which can name a parameter.
+C_KEYWORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto if inline int "
+    "long register restrict return short signed sizeof static struct switch typedef union unsigned void "
+    "volatile while _Alignas _Alignof _Atomic _Bool _Complex _Generic _Imaginary _Noreturn _Static_assert "
+    "_Thread_local".split()
+)
 _PARAM_CHARS = re.compile(r"[\w\s*]*")
 _PARSE_ERROR_AT = re.compile(r":(\d+):(\d+):\s*(?:before:\s*(.*))?")
 
@@ -270,8 +278,9 @@ def _parse_param(text: str, start: int, end: int, seen: set[str]) -> tuple[Param
     last, last_pos = words[-1]
     if last in _C_KEYWORDS or (last in SCALAR_TYPES and len(words) == 1):
         raise SignatureError("parameter has a type but no name", text, last_pos)
-    if last in _PYCPARSER_KEYWORDS or last in _QUALIFIERS or not _IDENT.fullmatch(last):
-        raise SignatureError(f"expected a parameter name, got {last!r}", text, last_pos)
+    if last in C_KEYWORDS or last in _QUALIFIERS or not _IDENT.fullmatch(last):
+        keyword = " (a C keyword)" if last in C_KEYWORDS else ""
+        raise SignatureError(f"expected a parameter name, got {last!r}{keyword}", text, last_pos)
 
     node = _c_param(text, pos, decl_end, words)
     if isinstance(node, c_ast.ID):
