@@ -11,15 +11,23 @@ NumPy arrays, NumPy scalars and Python scalars pass through unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from .interop import KDLCPU, cai_info, copy_to_host
 
-__all__ = ["to_numpy"]
+__all__ = ["register_reader", "to_numpy"]
 
 _PLAIN = (np.ndarray, np.generic, bool, int, float, complex, str, bytes)
+# Readers a higher layer registers for its own types (type -> reader), so that this module imports
+# nothing above it: pybridge.futhark registers its opaque handles (records, sums) here.
+_READERS: dict[type, Callable[[Any], Any]] = {}
+
+
+def register_reader(cls: type, reader: Callable[[Any], Any]) -> None:
+    """Make :func:`to_numpy` read instances of ``cls`` (and subclasses) with ``reader``."""
+    _READERS[cls] = reader
 
 
 def to_numpy(value: Any) -> Any:
@@ -33,6 +41,9 @@ def to_numpy(value: Any) -> Any:
         return [to_numpy(v) for v in value]
     if isinstance(value, Mapping):
         return {k: to_numpy(v) for k, v in value.items()}
+    for cls, reader in _READERS.items():
+        if isinstance(value, cls):
+            return reader(value)
     numpy_method = getattr(value, "numpy", None)
     if callable(numpy_method):
         out = numpy_method()

@@ -21,8 +21,10 @@ same kernel, they are compared parameter by parameter (name, type, pointer, cons
 where both give one) and a difference raises :class:`DeclarationMismatchError` naming the kernel
 and the parameter. Sizes given by either side are all checked at launch.
 
-Not a C parser: comments, string literals and preprocessor lines are masked, then the text after
-each ``__global__`` is read up to its closing parenthesis. Kernels a macro defines are invisible
+How the source is read: comments, string literals and preprocessor lines are masked (a ``.cu``
+file is CUDA C++ with includes, which no C parser takes whole), then the parameter list after each
+``__global__`` is cut out up to its closing parenthesis and parsed like any declaration (its
+parameters by pycparser, see :mod:`pybridge.cuda.signature`). Kernels a macro defines are invisible
 here (use a marked comment); template kernels have no C linkage and are skipped.
 """
 

@@ -510,12 +510,8 @@ class FutharkTarget(Target):
                 free = getattr(h, "free", None)
                 if callable(free):
                     free()
-        # Opaque results (records, sums) are read by Futhark's own converter until opaque handles
-        # have a .numpy() that the package's generic to_numpy can call.
-        from ..futhark import to_numpy as futhark_to_numpy
-
         try:
-            return futhark_to_numpy(result)
+            return to_numpy(result)
         finally:
             _free_all(result)
 

@@ -45,9 +45,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-# Futhark's own reader of handles: opaque records and sums have no .numpy() yet, which the generic
-# pybridge.convert.to_numpy would need.
-from ..futhark import to_numpy
+from ..convert import to_numpy
 from .strategies import PrimSpec, elements, entry_spec, inputs
 
 
