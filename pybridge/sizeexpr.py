@@ -56,17 +56,7 @@ class SizeExpr:
 
     @property
     def names(self) -> frozenset[str]:
-        found: set[str] = set()
-
-        def walk(node: _Node) -> None:
-            if isinstance(node, str):
-                found.add(node)
-            elif isinstance(node, tuple):
-                for child in node[1:]:
-                    walk(child)
-
-        walk(self.tree)
-        return frozenset(found)
+        return frozenset(self.ordered_names())
 
     def ordered_names(self) -> list[str]:
         """The names in order of first appearance (``"m*k + m"`` -> ``["m", "k"]``)."""

@@ -116,6 +116,18 @@ def test_futhark_size_expressions_are_checked_and_drawn() -> None:
     lengths_agree()
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["k(float " + "*" * 5000 + " x)", "k(" + "unsigned " * 3000 + "x)", "k(float 3x)", "k(float x y)", "k(int if)",
+     "k(const x)", "k(float struct)"],
+)
+def test_pathological_parameters_are_signature_errors(text: str) -> None:
+    """pycparser reads the parameters: deep declarators, junk and keywords still give SignatureError."""
+    with pytest.raises(SignatureError) as info:
+        parse_signature(text)
+    assert info.value.pos is not None and 0 <= info.value.pos <= len(text)
+
+
 # ---------------------------------------------------------------- one primitive table
 
 

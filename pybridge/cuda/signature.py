@@ -359,6 +359,7 @@ def _split_params(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return spans
 
 
+@lru_cache(maxsize=1024)  # pycparser reads each parameter: parse a declaration once
 def parse_signature(text: str) -> KernelSignature:
     """Parse a kernel declaration; raises :class:`SignatureError` pointing at the bad part."""
     if not isinstance(text, str):
