@@ -21,7 +21,7 @@ __all__ = ["register_reader", "to_numpy"]
 
 _PLAIN = (np.ndarray, np.generic, bool, int, float, complex, str, bytes)
 # Readers a higher layer registers for its own types (type -> reader), so that this module imports
-# nothing above it: pybridge.futhark registers its opaque handles (records, sums) here.
+# nothing above it (for types without a ``.numpy()``; Futhark's handles all have one).
 _READERS: dict[type, Callable[[Any], Any]] = {}
 
 

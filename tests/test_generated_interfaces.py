@@ -43,7 +43,7 @@ from hypothesis import HealthCheck, Phase, given, note, seed, settings, strategi
 
 import pybridge.futhark as pf
 from pybridge.futhark.build import build_program, compile_library, futhark_compiler
-from pybridge.futhark.values import ArrayHandle, OpaqueHandle, Value
+from pybridge.futhark.handles import ArrayHandle, OpaqueHandle, Value
 
 import interface_gen as g
 
@@ -100,7 +100,7 @@ def spelled(lib: pf.Library, type_name: str, value: Any, draw: Any) -> Any:
     """``value`` as an argument: record dicts keyed, per field, by the exact Futhark name or the
     Python spelling (drawn), recursively."""
     info = lib.manifest.types.get(type_name)
-    if info is None or not isinstance(info, pf.manifest.OpaqueType):
+    if info is None or not isinstance(info, pf.manifest.OpaqueInfo):
         return value
     if info.sum is not None:
         variant = next(v for v in info.sum.variants if v.name == value[0])
@@ -257,7 +257,7 @@ def draw_call(e: g.Entry, draw: Any, backend: str) -> tuple[list[Any], tuple[Any
 def check_entry(lib: pf.Library, e: g.Entry, draw: Any, counts: Counter) -> None:
     ep = lib.entry(e.name)
     note(f"backend {lib.backend}, entry point:\n{e.fut()}")
-    info = ep.entry
+    info = ep.info
     assert len(info.inputs) == len(e.params)
     plain, expected = draw_call(e, draw, lib.backend)
     args = [spelled(lib, i.type, a, draw) for i, a in zip(info.inputs, plain)]

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import library_sources
 from pybridge.futhark.cdef import cdef_for
-from pybridge.futhark.manifest import ArrayType, OpaqueType, load_manifest
+from pybridge.futhark.manifest import ArrayInfo, OpaqueInfo, load_manifest
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 RECORDED = sorted(p.name for p in REFERENCE.glob("*.json") if p.name.count(".") == 2)  # <prog>.<backend>.json
@@ -39,7 +39,7 @@ def test_every_entry_point_and_type_is_read(name):
         assert [(i.name, i.type, i.unique) for i in got.inputs] == [(i["name"], i["type"], i["unique"]) for i in ep["inputs"]]
         assert got.single_output == ("output" in ep)
     for t_name, t in raw["types"].items():
-        assert isinstance(m.types[t_name], ArrayType if t["kind"] == "array" else OpaqueType)
+        assert isinstance(m.types[t_name], ArrayInfo if t["kind"] == "array" else OpaqueInfo)
 
 
 @pytest.mark.parametrize("name", RECORDED + ["probe.c.0.26.json"])

@@ -1033,7 +1033,7 @@ def _fresh_copy(src_dir: Path, prog: str, dest: Path) -> Any:
 
 
 def test_lifecycle_machine_catches_a_forgotten_consume(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from pybridge.futhark.values import Value
+    from pybridge.futhark.handles import Value
 
     lib = _fresh_copy(_reference_dir(), "probe", tmp_path)
     monkeypatch.setattr(Value, "_mark_consumed", lambda self, by: None)  # the handle layer "forgets"
@@ -1042,7 +1042,7 @@ def test_lifecycle_machine_catches_a_forgotten_consume(monkeypatch: pytest.Monke
 
 
 def test_lifecycle_machine_catches_a_leak(monkeypatch: pytest.MonkeyPatch, offbyone_dir: Path, tmp_path: Path) -> None:
-    from pybridge.futhark.values import Value
+    from pybridge.futhark.handles import Value
 
     lib = _fresh_copy(offbyone_dir, "offbyone", tmp_path)
 

@@ -57,7 +57,7 @@ def _direct(prog: str, backend: str, inputs: list[Any], repeat: int) -> float:
 
     with pf.load(_library(prog, backend), backend=backend) as lib:
         fn = lib.entry_points[prog]
-        args = [lib.types[p.type].new(a) if p.type.startswith("[") else a for p, a in zip(fn.entry.inputs, inputs)]
+        args = [lib.types[p.type].new(a) if p.type.startswith("[") else a for p, a in zip(fn.info.inputs, inputs)]
         t = time_host(lambda: fn(*args), lib.sync, warmup=1, repeat=repeat)
     return t.median_s
 

@@ -21,7 +21,7 @@ import dask
 import dask.array as da
 
 from ..futhark import EntryPoint
-from ..futhark.manifest import ArrayType
+from ..futhark.manifest import ArrayInfo
 from . import blocks
 from .plan import is_chunked, plan_blocks, result_chunks, result_dtype, result_shape, result_type
 from .refs import EntryRef, LibraryRef
@@ -88,7 +88,7 @@ def map_blocks(target: Any, *args: Any, chunks: Sequence[Sequence[int]] | None =
     )
 
 
-def _combine_ref(combine: Any, partial_type: ArrayType | str, default: EntryRef) -> EntryRef | Callable[[Any], Any]:
+def _combine_ref(combine: Any, partial_type: ArrayInfo | str, default: EntryRef) -> EntryRef | Callable[[Any], Any]:
     """The combine step: a callable as is; an entry point checked to take the stacked partials."""
     if combine is None:
         combine = default

@@ -145,7 +145,7 @@ def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequen
     while slot.pending_frees:
         slot.pending_frees.pop().free()
     try:
-        call_args = [_argument(lib, p.type, a, device, temps) for p, a in zip(ep.entry.inputs, args)]
+        call_args = [_argument(lib, p.type, a, device, temps) for p, a in zip(ep.info.inputs, args)]
         results = ep(*call_args)
         if isinstance(results, tuple):
             return tuple(_result(r, on_device, device, slot) for r in results)

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..futhark.manifest import ArrayType
+from ..futhark.manifest import ArrayInfo
 from ..futhark.types import PRIMITIVES, scalar_to_numpy
 from .refs import EntryRef, manifest_of
 
@@ -89,7 +89,7 @@ def check_arguments(entry: EntryRef, args: Sequence[Any]) -> None:
             scalar_to_numpy(prim, a, what)  # range and kind checked here, not in every task
             continue
         t = types.get(p.type)
-        if not isinstance(t, ArrayType):
+        if not isinstance(t, ArrayInfo):
             raise TypeError(f"{what} has the opaque type {p.type}, which pybridge.dask cannot split into blocks")
         if not (is_chunked(a) or isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__")):
             raise TypeError(f"{what}: expected a dask array or a NumPy/CuPy array ({p.type}), got {type(a).__name__}")
@@ -164,8 +164,8 @@ def _check_tie(entry: EntryRef, size: str, a: tuple[str, int, Any, bool], b: tup
         )
 
 
-def result_type(entry: EntryRef, single: bool = True) -> ArrayType | str:
-    """The (single) result's manifest type: an ArrayType, or a primitive's name."""
+def result_type(entry: EntryRef, single: bool = True) -> ArrayInfo | str:
+    """The (single) result's manifest type: an ArrayInfo, or a primitive's name."""
     outs = entry.info.outputs
     if single and len(outs) != 1:
         raise TypeError(f"{entry.name} returns {len(outs)} values; pybridge.dask maps entry points with one result")
@@ -173,7 +173,7 @@ def result_type(entry: EntryRef, single: bool = True) -> ArrayType | str:
     if t in PRIMITIVES:
         return t
     at = manifest_of(entry.library).types.get(t)
-    if not isinstance(at, ArrayType):
+    if not isinstance(at, ArrayInfo):
         raise TypeError(f"{entry.name} returns the opaque type {t}, which pybridge.dask cannot assemble into an array")
     return at
 

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..futhark import Library
-from ..futhark.manifest import EntryPoint as EntryInfo
-from ..futhark.manifest import Manifest, load_manifest
+from ..futhark.manifest import EntryInfo, Manifest, load_manifest
 
 GPU_BACKENDS = ("cuda", "hip", "opencl")
 

@@ -12,12 +12,9 @@ from .entry import EntryPoint
 from .errors import FutharkError, InvalidHandleError, OutOfMemoryError, ProgramError, ValueFormatError
 from .library import Library, check_in_subprocess, load
 from .manifest import Manifest, ManifestError, load_manifest, parse_manifest
-from .values import ArrayHandle, ArrayKind, OpaqueHandle, OpaqueKind, to_numpy
-from ..convert import register_reader
-
-# The package's one converter (pybridge.convert.to_numpy) reads opaque handles (records, sums,
-# arrays of them) the way Futhark's own reader does.
-register_reader(OpaqueHandle, to_numpy)
+from .conversion import to_numpy
+from .handles import ArrayHandle, OpaqueHandle
+from .kinds import ArrayKind, OpaqueKind
 
 __all__ = [
     "ArrayHandle",

@@ -24,27 +24,26 @@ preallocated cell, under the lock, so a call allocates no C memory for them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from .aliases import join, shared_with_live
 from .errors import InvalidHandleError
+from .handles import ArrayHandle, OpaqueHandle
+from .kinds import ArrayKind
 from .shims import shim_name
 from .types import PRIMITIVES
-from .values import ArrayHandle, ArrayKind, OpaqueHandle
-
-if TYPE_CHECKING:
-    from .entry import EntryPoint
 
 # The Python type an argument may have to skip its converter (cffi accepts it and checks the range).
 _EXACT = {"i8": int, "i16": int, "i32": int, "i64": int, "u8": int, "u16": int, "u32": int, "u64": int,
           "f64": float, "bool": bool}
 
 
-def compile_plan(ep: "EntryPoint") -> Callable[..., Any]:
-    """The fast ``__call__`` of ``ep`` (a function of ``self, *args, **kwargs``)."""
-    lib, info = ep.library, ep.entry
+def compile_plan(ep: Any) -> Callable[..., Any]:
+    """The fast ``__call__`` of ``ep`` (an ``entry.EntryPoint``, the layer above: a function of
+    ``self, *args, **kwargs``)."""
+    lib, info = ep.library, ep.info
     ffi, state = lib.ffi, lib.context._state
     api = lib.mode == "api"
     sync = any(o.type in PRIMITIVES for o in info.outputs)  # scalar results: the C API asks for a sync

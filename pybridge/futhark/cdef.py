@@ -7,7 +7,7 @@ versions, which is what broke futhark-ffi): the manifest plus the documented API
 
 from __future__ import annotations
 
-from .manifest import ArrayType, EntryPoint, Manifest, OpaqueType
+from .manifest import ArrayInfo, EntryInfo, Manifest, OpaqueInfo
 from .types import PRIMITIVES
 
 # The raw storage pointer of new_raw/values_raw depends on the backend (docs/c-api.rst).
@@ -106,7 +106,7 @@ class CDefBuilder:
     def add(self, line: str) -> None:
         self.lines.append(line)
 
-    def array(self, t: ArrayType) -> None:
+    def array(self, t: ArrayInfo) -> None:
         s = struct_name(t.ctype)
         self.structs[s] = None
         elem = PRIMITIVES[t.elemtype].ctype
@@ -129,7 +129,7 @@ class CDefBuilder:
         if "index" in ops:
             self.add(f"int {ops['index']}({ctx}, {elem} *out, {s} *arr, {idx});")
 
-    def opaque(self, t: OpaqueType) -> None:
+    def opaque(self, t: OpaqueInfo) -> None:
         s = struct_name(t.ctype)
         self.structs[s] = None
         ctx = "struct futhark_context *ctx"
@@ -179,7 +179,7 @@ class CDefBuilder:
             if oa.new:
                 self.add(f"int {oa.new}({ctx}, {s} **out, {elem} *elems, {dims});")
 
-    def entry(self, e: EntryPoint) -> None:
+    def entry(self, e: EntryInfo) -> None:
         params = ["struct futhark_context *ctx"]
         params += [f"{self.out_param(o.type)}out{i}" for i, o in enumerate(e.outputs)]
         params += [f"{self.in_param(p.type, p.unique)} in{i}" for i, p in enumerate(e.inputs)]
@@ -187,7 +187,7 @@ class CDefBuilder:
 
     def build(self) -> str:
         for t in self.m.types.values():
-            if isinstance(t, ArrayType):
+            if isinstance(t, ArrayInfo):
                 self.array(t)
             else:
                 self.opaque(t)

@@ -265,7 +265,7 @@ class Context:
         with self.lock:
             self.lib.futhark_context_unpause_profiling(self.ptr)
 
-    # -- value registry (used by values.py)
+    # -- value registry (used by handles.py)
     def register(self, handle: object, free: Callable[[Any, Any], int], ptr: Any) -> None:
         self._state.values[id(handle)] = (free, ptr)
 

@@ -13,16 +13,17 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Callable
 
-from .manifest import EntryPoint as EntryInfo
-from .types import PRIMITIVES, scalar_converter
 from .callplan import compile_plan
+from .conversion import link_results
 from .errors import FutharkError
+from .handles import Value
+from .manifest import EntryInfo
 from .names import name_lookup, python_names, resolve_keys
 from .sizes import SizeRules
-from .values import Value, link_results
+from .types import PRIMITIVES, scalar_converter
 
 if TYPE_CHECKING:
-    from .library import Library
+    from .protocols import LibraryLike
 
 
 def _annotation(type_name: str, unique: bool) -> str:
@@ -44,9 +45,9 @@ def _non_negative(conv: Callable[[Any], Any], what: str) -> Callable[[Any], Any]
 class EntryPoint:
     """A callable Futhark entry point. ``inspect.signature`` and ``help()`` show Futhark's types."""
 
-    def __init__(self, library: "Library", info: EntryInfo):
+    def __init__(self, library: "LibraryLike", info: EntryInfo):
         self.library = library
-        self.entry = info
+        self.info = info  # the manifest's record (manifest.EntryInfo)
         self.name = info.name
         self.__name__ = info.name
         self.__qualname__ = info.name
@@ -92,8 +93,13 @@ class EntryPoint:
         # Python function call (a special method is looked up on the type, not the instance).
         self.__class__ = type("EntryPoint", (EntryPoint,), {"__call__": compile_plan(self), "__module__": __name__})
 
+    @property
+    def entry(self) -> EntryInfo:
+        """The former name of ``info`` (kept so code written before the rename still runs)."""
+        return self.info
+
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        n = len(self.entry.inputs)
+        n = len(self.info.inputs)
         if not kwargs and len(args) == n:
             return args
         try:
@@ -117,7 +123,7 @@ class EntryPoint:
         lib = self.library
         ctx = lib.context
         codec = self._codec
-        info = self.entry
+        info = self.info
         with codec.call_scope() as scope:
             c_args = []
             for p, conv, v in zip(info.inputs, self._convs, values):
@@ -150,7 +156,7 @@ class EntryPoint:
     def _explained(self, err: Exception, values: tuple[Any, ...]) -> Exception:
         """Futhark's "invalid sizes" names no argument: add the ones whose sizes disagree."""
         if isinstance(err, FutharkError) and "invalid sizes" in err.message:
-            detail = self._sizes.explain([p.name for p in self.entry.inputs], values)
+            detail = self._sizes.explain([p.name for p in self.info.inputs], values)
             if detail:
                 return type(err)(f"{self.name}: {err.message} ({detail})", err.code, err.function)
         return err

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import copyreg
 import ctypes
 import os
 import subprocess
@@ -24,13 +25,15 @@ from .binding import bind_abi, bind_api
 from .build import cuda_home
 from .cdef import RAW_POINTER_CTYPE, cdef_for
 from .context import Config, Context
+from .conversion import Codec
 from .entry import EntryPoint
 from .errors import FutharkError
-from .manifest import ArrayType, Manifest, ManifestError, load_manifest
+from .handles import ArrayHandle, OpaqueHandle
+from .kinds import ArrayKind, OpaqueKind
+from .manifest import ArrayInfo, Manifest, ManifestError, load_manifest
 from .shims import shims_for
 from .names import name_lookup, python_names
 from .source import SourceInfo, load_source
-from .values import ArrayKind, Codec, OpaqueKind
 
 BACKEND_PREFERENCE = ("c", "multicore", "cuda", "hip", "opencl", "ispc")
 
@@ -140,7 +143,7 @@ class Library:
         self.codec = Codec(self)
         self.types: dict[str, ArrayKind | OpaqueKind] = {}
         for name, info in manifest.types.items():
-            self.types[name] = ArrayKind(self, info) if isinstance(info, ArrayType) else OpaqueKind(self, info)
+            self.types[name] = ArrayKind(self, info) if isinstance(info, ArrayInfo) else OpaqueKind(self, info)
         self.entry_points = {name: EntryPoint(self, e) for name, e in manifest.entry_points.items()}
         names = list(self.entry_points)
         self._entry_lookup = {k: names[i] for k, i in name_lookup(names).items()}
@@ -294,6 +297,29 @@ def library_for_key(key: str) -> Library:
         return lib
     path, backend = key.rsplit("::", 1)
     return load(path, backend=backend)
+
+
+# Pickling handles: a handle pickles as (library key, type name, data) and unpickles by loading
+# that library again (or finding it open). Registered here, the one layer that can load a library,
+# so the handle module never imports this one (copyreg's table is consulted before __reduce_ex__).
+def _restore_array(key: str, type_name: str, data: Any) -> ArrayHandle:
+    return library_for_key(key).types[type_name].new(data)
+
+
+def _restore_opaque(key: str, type_name: str, data: bytes) -> OpaqueHandle:
+    return library_for_key(key).types[type_name].restore(data)
+
+
+def _reduce_array(h: ArrayHandle) -> tuple[Any, ...]:
+    return (_restore_array, (h.library.key, h.type_name, h.numpy()))
+
+
+def _reduce_opaque(h: OpaqueHandle) -> tuple[Any, ...]:
+    return (_restore_opaque, (h.library.key, h.type_name, h.store()))
+
+
+copyreg.pickle(ArrayHandle, _reduce_array)
+copyreg.pickle(OpaqueHandle, _reduce_opaque)
 
 
 def check_in_subprocess(name_or_path: str | os.PathLike[str], backend: str | None = None, timeout: float = 300, **config: Any) -> tuple[bool, str]:

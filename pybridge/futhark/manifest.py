@@ -3,6 +3,10 @@
 Follows docs/c-api.rst ("Manifest") and the manifest JSON schema. Tolerant by design: the free-text
 ``version`` is kept as is, unknown keys are ignored, and both entry-point forms are read — ``outputs``
 (a list, Futhark 0.25) and ``output`` (one object, Futhark 0.26.1 and newer).
+
+Vocabulary: the manifest's records are ``*Info`` (``EntryInfo``, ``ArrayInfo``, ``OpaqueInfo``, ...);
+the objects a loaded library hands out keep the public names (``EntryPoint``, ``ArrayKind``,
+``OpaqueKind``, ``ArrayHandle``, ``OpaqueHandle``) and each holds its record as ``.info``.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ class Output:
 
 
 @dataclass(frozen=True)
-class EntryPoint:
+class EntryInfo:
+    """One entry point as the manifest describes it (the callable is ``entry.EntryPoint``)."""
+
     name: str
     cfun: str
     inputs: tuple[Input, ...]
@@ -48,7 +54,9 @@ class EntryPoint:
 
 
 @dataclass(frozen=True)
-class ArrayType:
+class ArrayInfo:
+    """An array type's record (the object ``lib.types[name]`` returns is ``kinds.ArrayKind``)."""
+
     name: str
     ctype: str
     elemtype: str
@@ -106,7 +114,9 @@ class OpaqueArrayInfo:
 
 
 @dataclass(frozen=True)
-class OpaqueType:
+class OpaqueInfo:
+    """An opaque type's record (the object ``lib.types[name]`` returns is ``kinds.OpaqueKind``)."""
+
     name: str
     ctype: str
     ops: Mapping[str, str]
@@ -118,14 +128,14 @@ class OpaqueType:
     kind = "opaque"
 
 
-TypeInfo = ArrayType | OpaqueType
+TypeInfo = ArrayInfo | OpaqueInfo
 
 
 @dataclass(frozen=True)
 class Manifest:
     backend: str
     version: str
-    entry_points: Mapping[str, EntryPoint]
+    entry_points: Mapping[str, EntryInfo]
     types: Mapping[str, TypeInfo]
     source: Path | None = field(default=None, compare=False)
 
@@ -143,7 +153,7 @@ class Manifest:
         names: list[str] = [e.cfun for e in self.entry_points.values()]
         for t in self.types.values():
             names.extend(t.ops.values())
-            if isinstance(t, OpaqueType):
+            if isinstance(t, OpaqueInfo):
                 if t.record:
                     names.extend(f.project for f in t.record.fields)
                     if t.record.new:
@@ -246,7 +256,7 @@ def _parse_type(name: str, raw: Mapping[str, Any]) -> TypeInfo:
         missing = {"new", "free", "shape", "values"} - set(ops)
         if missing:
             raise ManifestError(f"{where}: ops lack {sorted(missing)}")
-        return ArrayType(name, ctype, elem, rank, ops)
+        return ArrayInfo(name, ctype, elem, rank, ops)
     if kind != "opaque":
         raise ManifestError(f"{where}: unknown kind {kind!r}")
     record = sum_ = rarr = oarr = None
@@ -291,10 +301,10 @@ def _parse_type(name: str, raw: Mapping[str, Any]) -> TypeInfo:
             _opt_cname(oa, "set", where),
             _opt_cname(oa, "new", where),
         )
-    return OpaqueType(name, ctype, ops, record, sum_, rarr, oarr)
+    return OpaqueInfo(name, ctype, ops, record, sum_, rarr, oarr)
 
 
-def _parse_entry(name: str, raw: Mapping[str, Any]) -> EntryPoint:
+def _parse_entry(name: str, raw: Mapping[str, Any]) -> EntryInfo:
     where = f"entry point {name!r}"
     inputs = tuple(Input(_str(i, "name", where), _str(i, "type", where), _bool(i, "unique", where)) for i in _list(raw, "inputs", where))
     single = False
@@ -313,7 +323,7 @@ def _parse_entry(name: str, raw: Mapping[str, Any]) -> EntryPoint:
         raise ManifestError(f"{where}: 'tuning_params' must be a list of strings")
     if not isinstance(attrs, list) or (doc is not None and not isinstance(doc, str)):
         raise ManifestError(f"{where}: 'attributes' must be a list and 'doc' a string")
-    return EntryPoint(
+    return EntryInfo(
         name=name,
         cfun=_str(raw, "cfun", where, _C_NAME),
         inputs=inputs,
@@ -357,7 +367,7 @@ def _check_references(m: Manifest) -> None:
         mentioned += [(f"entry point {e.name!r}", p.type) for p in e.inputs]
         mentioned += [(f"entry point {e.name!r}", o.type) for o in e.outputs]
     for t in m.types.values():
-        if isinstance(t, OpaqueType):
+        if isinstance(t, OpaqueInfo):
             for f in (t.record.fields if t.record else ()) + (t.record_array.fields if t.record_array else ()):
                 mentioned.append((f"type {t.name!r}", f.type))
             for v in t.sum.variants if t.sum else ():
@@ -379,14 +389,14 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
 
 
 __all__ = [
-    "ArrayType",
-    "EntryPoint",
+    "ArrayInfo",
+    "EntryInfo",
     "Field",
     "Input",
     "Manifest",
     "ManifestError",
     "OpaqueArrayInfo",
-    "OpaqueType",
+    "OpaqueInfo",
     "Output",
     "RecordArrayInfo",
     "RecordInfo",

@@ -474,7 +474,7 @@ class FutharkTarget(Target):
 
     def __init__(self, entry: Any):
         self.entry = entry
-        self.ep = entry.entry
+        self.ep = entry.info
         self.library = getattr(entry, "library", None)
         self.name = f"Futhark entry point {self.ep.name!r}"
 
@@ -608,9 +608,9 @@ def as_target(target: Any, **kwargs: Any) -> Target:
     """Wrap a Futhark entry point, a CUDA Kernel, or a callable as a :class:`Target`."""
     if isinstance(target, Target):
         return target
-    from ..futhark.manifest import EntryPoint
+    from ..futhark.manifest import EntryInfo
 
-    if isinstance(getattr(target, "entry", None), EntryPoint):
+    if isinstance(getattr(target, "info", None), EntryInfo):
         return FutharkTarget(target)
     sig = getattr(target, "signature", None)
     if sig is not None and hasattr(sig, "params") and not isinstance(sig, InputSpec):

@@ -87,11 +87,11 @@ def handle_lifecycle_machine(
     settings of the ``TestCase`` (default: 50 examples, deadline off).
     """
     from ..futhark import FutharkError, InvalidHandleError
-    from ..futhark.manifest import ArrayType, OpaqueType
+    from ..futhark.manifest import ArrayInfo, OpaqueInfo
     from ..futhark.types import PRIMITIVES as _PRIMS
 
     manifest = lib.manifest
-    all_arrays = {n for n, t in manifest.types.items() if isinstance(t, ArrayType)}
+    all_arrays = {n for n, t in manifest.types.items() if isinstance(t, ArrayInfo)}
     creatable = sorted(all_arrays if types is None else set(types))
     unknown = set(creatable) - all_arrays
     if unknown:
@@ -103,7 +103,7 @@ def handle_lifecycle_machine(
     records = sorted(
         n
         for n, t in manifest.types.items()
-        if isinstance(t, OpaqueType) and t.record is not None and t.record.fields
+        if isinstance(t, OpaqueInfo) and t.record is not None and t.record.fields
         and all(f.type in creatable or f.type in _PRIMS for f in t.record.fields)
     )
 

@@ -37,7 +37,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays, from_dtype
 
-from ..futhark.manifest import ArrayType, EntryPoint, Manifest, OpaqueType
+from ..futhark.manifest import ArrayInfo, EntryInfo, Manifest, OpaqueInfo
 from ..futhark.types import PRIMITIVES, split_array_type
 from ..sizeexpr import SizeExpr, parse_size
 from ..futhark.source import Dim, EntryDecl, SourceInfo, TypeExpr, load_source, parse_dims, parse_source
@@ -274,10 +274,10 @@ def _futhark_value_spec(
             return ArraySpec(PRIMITIVES[elem].dtype, _pick_dims(path, rank, user, decl_dims))
         return UnknownSpec(type_name)
     t = manifest.types[type_name]
-    if isinstance(t, ArrayType):
+    if isinstance(t, ArrayInfo):
         decl_dims = decl.dims if decl is not None and decl.kind == "prim" and decl.name == t.elemtype else None
         return ArraySpec(PRIMITIVES[t.elemtype].dtype, _pick_dims(path, t.rank, user, decl_dims))
-    assert isinstance(t, OpaqueType)
+    assert isinstance(t, OpaqueInfo)
     if t.record is not None:
         names = [f.name for f in t.record.fields]
         is_tuple = names == [str(k) for k in range(len(names))]
@@ -312,7 +312,7 @@ def _futhark_value_spec(
         for f in ra.fields:
             rank, elem = split_array_type(f.type)
             ft = manifest.types.get(f.type)
-            if isinstance(ft, ArrayType):
+            if isinstance(ft, ArrayInfo):
                 rank, elem = ft.rank, ft.elemtype
             if elem not in PRIMITIVES or rank < ra.rank:
                 return UnknownSpec(type_name)  # nested records inside an array: not generated
@@ -327,7 +327,7 @@ def _futhark_value_spec(
     return UnknownSpec(type_name)
 
 
-def _decl_matches(entry: EntryPoint, decl: EntryDecl) -> bool:
+def _decl_matches(entry: EntryInfo, decl: EntryDecl) -> bool:
     """The header describes this entry point (same parameter count and names)."""
     if len(decl.params) != len(entry.inputs):
         return False
@@ -335,7 +335,7 @@ def _decl_matches(entry: EntryPoint, decl: EntryDecl) -> bool:
 
 
 def spec_from_entry(
-    entry: EntryPoint,
+    entry: EntryInfo,
     manifest: Manifest | None = None,
     *,
     sizes: SizesArg | None = None,
@@ -853,8 +853,8 @@ def entry_inputs(
     source: SourceInfo | EntryDecl | str | Path | None | bool = None,
     **options: Any,
 ) -> st.SearchStrategy[Inputs]:
-    """Inputs for a Futhark entry point: ``lib.saxpy`` (has ``.entry`` and ``.library``), or a
-    manifest ``EntryPoint`` with ``manifest=``. ``source=False`` ignores the program's source."""
+    """Inputs for a Futhark entry point: ``lib.saxpy`` (has ``.info`` and ``.library``), or a
+    manifest ``EntryInfo`` with ``manifest=``. ``source=False`` ignores the program's source."""
     return inputs(entry_spec(entry, sizes=sizes, shapes=shapes, source=source, manifest=options.pop("manifest", None)), **options)
 
 
@@ -867,9 +867,9 @@ def entry_spec(
     manifest: Manifest | None = None,
 ) -> InputSpec:
     """:func:`spec_from_entry` for a wrapped entry point, finding its manifest and source."""
-    ep = getattr(entry, "entry", entry)
-    if not isinstance(ep, EntryPoint):
-        raise TypeError(f"expected a Futhark entry point (lib.<name>) or a manifest EntryPoint, got {type(entry).__name__}")
+    ep = getattr(entry, "info", entry)
+    if not isinstance(ep, EntryInfo):
+        raise TypeError(f"expected a Futhark entry point (lib.<name>) or a manifest EntryInfo, got {type(entry).__name__}")
     library = getattr(entry, "library", None)
     if manifest is None and library is not None:
         manifest = getattr(library, "manifest", None)
