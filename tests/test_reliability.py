@@ -184,7 +184,7 @@ def test_restore_of_truncated_or_edited_record_bytes(lib, data) -> None:
 def test_restore_of_edited_sum_bytes_in_a_fresh_type(types_lib, data) -> None:
     """No store() seen before for this type object: the layout is unknown, the tag still checked."""
     good = types_lib.rect(2.0, 3.0).store()
-    kind = pf.values.OpaqueKind(types_lib, types_lib.manifest.types["shape"])  # layout not learnt
+    kind = pf.OpaqueKind(types_lib, types_lib.manifest.types["shape"])  # layout not learnt
     at = data.draw(st.integers(0, len(good) - 1))
     b = bytearray(good)
     b[at] ^= 1 << data.draw(st.integers(0, 7))

@@ -20,14 +20,43 @@ from .handles import Value
 from .manifest import EntryInfo
 from .names import name_lookup, python_names, resolve_keys
 from .sizes import SizeRules
-from .types import PRIMITIVES, scalar_converter
+from .source import EntryDecl, TypeExpr, size_names
+from .types import PRIMITIVES, scalar_converter, split_array_type
 
 if TYPE_CHECKING:
     from .protocols import LibraryLike
 
 
-def _annotation(type_name: str, unique: bool) -> str:
+def _annotation(type_name: str, unique: bool, declared: TypeExpr | None = None) -> str:
+    """The manifest's spelling (``*[]f32``), with the source's size names where the ``.fut`` header
+    declares the same array type (``*[n]f32``): the manifest leaves sizes out."""
+    rank, elem = split_array_type(type_name)
+    if rank and declared is not None and declared.kind == "prim" and declared.name == elem and declared.rank == rank:
+        type_name = "".join(f"[{'' if d is None else d}]" for d in declared.dims) + elem
     return ("*" if unique else "") + type_name
+
+
+def _declared_results(decl: EntryDecl | None, n: int) -> list[TypeExpr | None]:
+    """The source's type of each of ``n`` results: the result type itself, or its tuple's components."""
+    result = decl.result if decl is not None else None
+    if result is None:
+        return [None] * n
+    if n == 1:
+        return [result]
+    if result.kind == "tuple" and not result.dims and len(result.fields) == n:
+        return [t for _, t in result.fields]
+    return [None] * n
+
+
+def _size_names(decl: EntryDecl | None) -> tuple[str, ...]:
+    """Size names of the header: the ``[n]`` binders in order, then other names the parameter and
+    result types use, type by type (``(k: i64) ... : [k]f32`` adds ``k``)."""
+    if decl is None:
+        return ()
+    found: dict[str, None] = dict.fromkeys(decl.size_params)
+    for t in [p.type for p in decl.params] + ([decl.result] if decl.result is not None else []):
+        found.update(dict.fromkeys(sorted(size_names(t))))
+    return tuple(found)
 
 
 def _non_negative(conv: Callable[[Any], Any], what: str) -> Callable[[Any], Any]:
@@ -73,11 +102,16 @@ class EntryPoint:
             _non_negative(c, f"{info.name}: parameter {p.name!r}") if c is not None and p.name in self._sizes.size_params else c
             for p, c in zip(info.inputs, self._convs)
         ]
+        # Size names from the source header (empty without it); the signature spells array types
+        # with them: `saxpy(a: 'f32', xs: '[n]f32', ys: '[n]f32') -> '[n]f32'`.
+        self.sizes: tuple[str, ...] = _size_names(decl)
+        declared = [decl.param(p.name) if decl is not None else None for p in info.inputs]
         params = [
-            inspect.Parameter(py, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_annotation(p.type, p.unique))
-            for py, p in zip(self._pynames, info.inputs)
+            inspect.Parameter(py, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                              annotation=_annotation(p.type, p.unique, d.type if d is not None else None))
+            for py, p, d in zip(self._pynames, info.inputs, declared)
         ]
-        outs = [_annotation(o.type, o.unique) for o in info.outputs]
+        outs = [_annotation(o.type, o.unique, d) for o, d in zip(info.outputs, _declared_results(decl, len(info.outputs)))]
         ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
         self.__signature__ = inspect.Signature(params, return_annotation=ret)
         consumed = [p.name for p in info.inputs if p.unique]
