@@ -43,7 +43,7 @@ SPECIAL_NAMES = (
     "as", "lambda", "class", "None", "True", "False", "is", "not", "or", "and", "pass", "return",
     "yield", "try", "except", "raise", "from", "global", "del", "await", "async", "nonlocal",
     "x'", "arr'", "x''", "a'b", "arr_1", "x_2", "as_", "close", "sync", "report", "types", "free",
-    "store", "shape", "valid", "manifest", "context", "entry", "field", "entry_points", "i32", "f16",
+    "store", "shape", "valid", "numpy", "manifest", "context", "entry", "field", "entry_points", "i32", "f16",
 )
 
 

@@ -251,7 +251,7 @@ class OpaqueHandle(Value):
     def field(self, name: str) -> Any:
         """Project one field (a record field, a tuple component, or a record array's column), by its
         exact Futhark name (``"as"``, ``"0"``, ``"x'"``) or its Python spelling (``as_``, ``_0``, ``x_1``).
-        Fields named like a handle attribute (``free``, ``store``, ``shape``, ``valid``...) are reached
+        Fields named like a handle attribute (``free``, ``store``, ``shape``, ``valid``, ``numpy``...) are reached
         only this way or as ``handle["free"]``."""
         i = self.otype.field_lookup.get(name)
         if i is None:
