@@ -92,6 +92,10 @@ def test_without_a_source_the_manifest_spelling_stays(tmp_path, saxpy):
 def test_unique_and_unsized_parameters_keep_their_marks(types_lib):
     assert str(inspect.signature(types_lib.fill)) == "(xs: '*[]i32', v: 'i32') -> '*[]i32'"
     assert types_lib.fill.sizes == ()
+    # several results: each component of the source's result tuple (`: (f32, [2]i32)`)
+    assert inspect.signature(types_lib.pair_out).return_annotation == "(f32, [2]i32)"
+    assert str(inspect.signature(types_lib.ranks)) == (
+        "(a: '[][]f64', b: '[][][]u8', c: '[]bool') -> '([][]f64, [][][]u8, []bool)'")
 
 
 # ---------------------------------------------------------------- every handle converts through .numpy()

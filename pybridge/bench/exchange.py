@@ -3,7 +3,7 @@
 Rows, per call, data resident on the GPU (n f32 elements):
 
 * pybridge's side alone: ``handle.__cuda_array_interface__`` / ``__dlpack__`` of a Futhark cuda
-  handle and of a pybridge.cuda DeviceArray, and ``ArrayType.from_cuda(x).free()`` /
+  handle and of a pybridge.cuda DeviceArray, and ``ArrayKind.from_cuda(x).free()`` /
   ``cuda.as_device_array(x)`` for a CuPy, PyTorch and numba array;
 * the whole exchange as a user writes it (``cupy.asarray(h)``, ``torch.as_tensor(h,
   device="cuda")``, ``numba.cuda.as_cuda_array(h)``, ``cupy.from_dlpack``/``torch.from_dlpack``),
