@@ -706,7 +706,7 @@ def futhark_dlpack(handle: Any, *, stream: Any = None, max_version: Any = None, 
 
 
 def futhark_view_of(obj: Any, dtype: np.dtype, rank: int) -> tuple[int, tuple[int, ...], bool]:
-    """(pointer, shape, plain) for ``ArrayType.from_cuda``: a C-contiguous CAI array of ``dtype``,
+    """(pointer, shape, plain) for ``ArrayKind.from_cuda``: a C-contiguous CAI array of ``dtype``,
     whose producer stream has finished (Futhark reads it from its own context and stream). ``plain``:
     the shape has ``rank`` non-negative exact ints (the :func:`plain_cai` form)."""
     try:
