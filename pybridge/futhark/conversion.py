@@ -10,7 +10,8 @@ Rules (documented in the README):
   parameter a ``(variant, payload)`` pair.
 
 Results go the other way: ``Codec.from_cell`` wraps them as handles or NumPy scalars, and
-``to_numpy`` turns handles (through their ``.numpy()``) into plain data.
+``to_numpy`` (``pybridge.convert.to_numpy``, re-exported) turns handles into plain data through
+their ``.numpy()``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from ..convert import to_numpy  # the package's one converter: handles through their .numpy()
 from . import aliases
 from .cdef import struct_name
 from .handles import ArrayHandle, OpaqueHandle, Value
@@ -158,18 +160,6 @@ def link_results(scope: _Scope, outputs: Sequence[Any], results: Sequence[Any]) 
     outs = [r for o, r in zip(outputs, results) if not o.unique and isinstance(r, Value)]
     if outs:
         aliases.join([*(h for h, consumed in scope.handles if not consumed), *outs])
-
-
-def to_numpy(value: Any) -> Any:
-    """Recursively turn results into plain NumPy/Python data: every handle through its ``.numpy()``
-    (arrays -> ndarray, records -> dict, tuples -> tuple, sums -> (variant, payload), arrays of
-    records -> dict of column arrays, other opaque arrays -> nested lists), a tuple of results
-    element by element; anything else is returned as is."""
-    if isinstance(value, Value):
-        return value.numpy()
-    if isinstance(value, tuple):
-        return tuple(to_numpy(v) for v in value)
-    return value
 
 
 __all__ = ["Codec", "copy_value", "link_results", "prim_from_c", "prim_to_c", "to_numpy"]
