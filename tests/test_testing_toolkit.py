@@ -36,9 +36,6 @@ from pybridge.testing import (
     find_source,
     inputs,
     kernel_inputs,
-    load_source,
-    parse_entry_header,
-    parse_source,
     reduction_bound,
     signature_inputs,
     sizes_strategy,
@@ -47,7 +44,7 @@ from pybridge.testing import (
     spec_from_text,
     ulp_distance,
 )
-from pybridge.futhark.source import TypeExpr, parse_dims
+from pybridge.futhark.source import TypeExpr, load_source, parse_dims, parse_entry_header, parse_source
 from pybridge.testing.strategies import ArraySpec, PrimSpec, RecordArraySpec, RecordSpec, SumSpec
 
 ROOT = Path(__file__).resolve().parents[1]

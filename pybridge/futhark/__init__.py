@@ -15,6 +15,7 @@ from .manifest import Manifest, ManifestError, load_manifest, parse_manifest
 from .conversion import to_numpy
 from .handles import ArrayHandle, OpaqueHandle
 from .kinds import ArrayKind, OpaqueKind
+from .source import SourceInfo, load_source, parse_source
 
 __all__ = [
     "ArrayHandle",
@@ -31,10 +32,13 @@ __all__ = [
     "OpaqueKind",
     "OutOfMemoryError",
     "ProgramError",
+    "SourceInfo",
     "ValueFormatError",
     "check_in_subprocess",
     "load",
     "load_manifest",
+    "load_source",
     "parse_manifest",
+    "parse_source",
     "to_numpy",
 ]

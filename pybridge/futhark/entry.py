@@ -11,6 +11,7 @@ they may not be read before one.
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 from .callplan import compile_plan
@@ -129,7 +130,8 @@ class EntryPoint:
 
     @property
     def entry(self) -> EntryInfo:
-        """The former name of ``info`` (kept so code written before the rename still runs)."""
+        """Deprecated: the former name of ``info`` (one name per concept; this one warns)."""
+        warnings.warn("EntryPoint.entry is now EntryPoint.info", DeprecationWarning, stacklevel=2)
         return self.info
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:

@@ -14,7 +14,7 @@ Hypothesis shrinks to a minimal case and the ``MismatchError`` lists indices, va
 
 Modules: ``strategies`` (inputs from manifests, Futhark headers and CUDA signatures), ``compare``
 (tolerances, ``check_against``), ``stateful`` (a state machine over handle lifecycles),
-and the ``.fut`` header reader of ``pybridge.futhark.source`` (re-exported: ``load_source``, ``parse_source``, ...).
+and the ``.fut`` header reader, which is ``pybridge.futhark``'s (``pf.load_source``, ``pybridge.futhark.source``).
 """
 
 from .compare import (
@@ -36,7 +36,6 @@ from .compare import (
     to_numpy,
     ulp_distance,
 )
-from ..futhark.source import EntryDecl, ParamDecl, SourceInfo, TypeExpr, load_source, parse_entry_header, parse_source
 from .stateful import handle_lifecycle_machine
 from .strategies import (
     InputOptions,
@@ -62,7 +61,6 @@ from .strategies import (
 __all__ = [
     "DEFAULT_TOLERANCES",
     "CallableTarget",
-    "EntryDecl",
     "FutharkTarget",
     "InputOptions",
     "InputSpec",
@@ -70,12 +68,9 @@ __all__ = [
     "KernelTarget",
     "Mismatch",
     "MismatchError",
-    "ParamDecl",
     "ParamSpec",
-    "SourceInfo",
     "Target",
     "Tolerance",
-    "TypeExpr",
     "apply_rule",
     "as_target",
     "assert_close",
@@ -89,10 +84,7 @@ __all__ = [
     "handle_lifecycle_machine",
     "inputs",
     "kernel_inputs",
-    "load_source",
     "on_device",
-    "parse_entry_header",
-    "parse_source",
     "reduction_bound",
     "seeded",
     "signature_inputs",
