@@ -142,6 +142,8 @@ def parse_size(text: str, offset: int = 0, whole: str | None = None) -> SizeExpr
     ``offset`` and ``whole``: where ``text`` sits in a longer text (a declaration), so that a
     :class:`SizeExprError` points into that text.
     """
+    if not isinstance(text, str):
+        raise TypeError(f"a size expression is a str, not {type(text).__name__}")
     whole = whole if whole is not None else text
     tokens: list[tuple[str, str, int]] = []
     pos = 0
@@ -212,7 +214,10 @@ def parse_size(text: str, offset: int = 0, whole: str | None = None) -> SizeExpr
         nonlocal depth
         kind, value, at = take()
         if kind == "int":
-            return int(value)
+            try:
+                return int(value)
+            except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+                raise SizeExprError(f"integer literal too long ({len(value)} digits)", whole, at) from None
         if kind == "name":
             if value in ("min", "max") and peek()[0] == "op" and peek()[1] == "(":
                 nest(take()[2])
@@ -251,4 +256,6 @@ def evaluate_size(text: str | int, env: Mapping[str, int]) -> int:
     """The value of a size expression (or a literal size) for the names in ``env``."""
     if isinstance(text, int):
         return text
+    if not isinstance(text, str):
+        raise TypeError(f"a size expression is a str or an int, not {type(text).__name__}")
     return parse_size(text).evaluate(env)
