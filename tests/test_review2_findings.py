@@ -34,3 +34,40 @@ def test_evaluate_size_names_what_it_expected(bad: object) -> None:
 def test_parse_size_names_what_it_expected(bad: object) -> None:
     with pytest.raises(TypeError, match="size expression is a str, not"):
         parse_size(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("opener", ["[", '{"a":'])
+def test_deeply_nested_sidecar_is_a_sidecar_error(tmp_path, opener: str) -> None:
+    # A corrupt lib<m>.launchers.json: json raises RecursionError (no ValueError) past ~1000 levels.
+    from pybridge.cuda.launchers import SidecarError, read_sidecar
+
+    path = tmp_path / "libk.launchers.json"
+    path.write_text(opener * 100_000)
+    with pytest.raises(SidecarError, match="libk.launchers.json: not a launcher declaration file"):
+        read_sidecar(path)
+
+
+def test_to_numpy_while_a_reader_is_registered() -> None:
+    # register_reader from another thread while to_numpy walks the table (an isinstance check may
+    # run Python code, e.g. an ABC's hook, and switch threads): here the hook registers itself.
+    from pybridge import convert
+
+    class Registering(type):
+        def __instancecheck__(cls, obj: object) -> bool:
+            convert.register_reader(type(f"Late{len(convert._READERS)}", (), {}), lambda v: v)
+            return False
+
+    class Hooked(metaclass=Registering):
+        pass
+
+    class Carrier:
+        def numpy(self) -> int:
+            return 7
+
+    before = dict(convert._READERS)
+    try:
+        convert.register_reader(Hooked, lambda v: v)
+        assert convert.to_numpy(Carrier()) == 7
+    finally:
+        convert._READERS.clear()
+        convert._READERS.update(before)
