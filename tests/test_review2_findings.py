@@ -71,3 +71,14 @@ def test_to_numpy_while_a_reader_is_registered() -> None:
     finally:
         convert._READERS.clear()
         convert._READERS.update(before)
+
+
+def test_launch_configuration_names_still_import_from_pybridge_cuda_launch() -> None:
+    # a7203f8 exported them from pybridge.cuda.launch (its __all__); issue 15 moved them to
+    # launch_config "behaviour otherwise unchanged": the old import path must keep working.
+    import importlib
+
+    launch = importlib.import_module("pybridge.cuda.launch")  # the module (the package's `launch` is the function)
+    launch_config = importlib.import_module("pybridge.cuda.launch_config")
+    for name in ("Dim3", "LaunchConfig", "grid_2d", "grid_for"):
+        assert getattr(launch, name) is getattr(launch_config, name)
