@@ -82,3 +82,67 @@ def test_launch_configuration_names_still_import_from_pybridge_cuda_launch() -> 
     launch_config = importlib.import_module("pybridge.cuda.launch_config")
     for name in ("Dim3", "LaunchConfig", "grid_2d", "grid_for"):
         assert getattr(launch, name) is getattr(launch_config, name)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"extra_sizes": 5}, r"InputOptions\(extra_sizes=\.\.\.\).*int"),
+        ({"ranges": 5}, r"InputOptions\(ranges=\.\.\.\).*mapping"),
+        ({"elements": "abc"}, r"InputOptions\(elements=\.\.\.\).*mapping"),
+        ({"values": [1, 2]}, r"InputOptions\(values=\.\.\.\).*mapping"),
+    ],
+)
+def test_input_options_name_the_bad_field(kwargs: dict, match: str) -> None:
+    from pybridge.testing import InputOptions
+
+    with pytest.raises(TypeError, match=match):
+        InputOptions(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"rtol": "1e-3"}, TypeError),
+        ({"atol": [1e-3]}, TypeError),
+        ({"ulps": "2"}, TypeError),
+        ({"rtol": True}, TypeError),
+        ({"ulps": -1}, ValueError),
+        ({"rtol": -1e-3}, ValueError),
+        ({"atol": float("nan")}, ValueError),
+    ],
+)
+def test_tolerance_names_the_bad_field(kwargs: dict, error: type) -> None:
+    # Before: Tolerance(rtol="1e-3") was accepted and failed deep in NumPy at the first compare
+    # (UFuncTypeError); ulps=-1 raised OverflowError; a NaN or negative bound failed every case.
+    from pybridge.testing import Tolerance
+
+    (name,) = kwargs
+    with pytest.raises(error, match=rf"Tolerance\({name}="):
+        Tolerance(**kwargs)
+
+
+@settings(max_examples=50, deadline=None)
+@given(rtol=st.none() | st.floats(0, 1e3), atol=st.none() | st.floats(0, float("inf")), ulps=st.none() | st.integers(0, 2**40))
+def test_tolerance_accepts_every_non_negative_bound(rtol, atol, ulps) -> None:
+    import numpy as np
+
+    from pybridge.testing import Tolerance, compare
+
+    tol = Tolerance(rtol=rtol, atol=atol, ulps=ulps)
+    a = np.arange(4, dtype=np.float32)
+    assert compare(a, a.copy(), tol) == []
+
+
+@pytest.mark.parametrize("kwargs, name", [({"batch": 0}, "batch"), ({"batch": -5}, "batch"), ({"jobs": 0}, "jobs"),
+                                          ({"sequences": -1}, "sequences")])
+def test_lifecycle_run_refuses_counts_that_run_nothing(kwargs: dict, name: str) -> None:
+    # batch=-5 ran no batch and reported success (0 sequences, exit 0); batch=0 gave range()'s error.
+    from pybridge.testing import lifecycle_run
+
+    args = {"programs": ["never-opened.fut"], "backend": "c", "sequences": 10, **kwargs}
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        lifecycle_run.run(**args)
+    with pytest.raises(SystemExit) as exit_info:
+        lifecycle_run.main([f"--{name}", str(kwargs[name]), "never-opened.fut"])
+    assert exit_info.value.code == 2
