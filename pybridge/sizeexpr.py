@@ -10,6 +10,7 @@ Pure Python; imports nothing of pybridge but the exception root.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -81,9 +82,14 @@ class SizeExpr:
                 return node
             if isinstance(node, str):
                 try:
-                    return int(env[node])
+                    value = env[node]
                 except KeyError:
                     raise KeyError(f"size expression {self.text!r} needs {node!r}") from None
+                try:
+                    return operator.index(value)  # ints and NumPy ints; never truncates 2.7 to 2
+                except TypeError:
+                    raise TypeError(f"size expression {self.text!r}: {node!r} must be an integer, "
+                                    f"got {value!r} ({type(value).__name__})") from None
             if len(node) == 2:
                 return -ev(node[1])
             op, left, right = node

@@ -146,3 +146,36 @@ def test_lifecycle_run_refuses_counts_that_run_nothing(kwargs: dict, name: str) 
     with pytest.raises(SystemExit) as exit_info:
         lifecycle_run.main([f"--{name}", str(kwargs[name]), "never-opened.fut"])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("value", [2.7, 3.0, "5", None, [1]])
+def test_size_names_take_integers_only(value: object) -> None:
+    # Was int(value): 2.7 silently became 2 and "5" became 5 (KernelSignature.sizes, evaluate_size).
+    sig = parse_signature("k(float* x[n/m], int n, int m)")
+    with pytest.raises(TypeError, match=r"'n/m'.*'n' must be an integer"):
+        sig.sizes({"n": value, "m": 1})
+    with pytest.raises(TypeError, match=r"'n' must be an integer"):
+        evaluate_size("n + 1", {"n": value})  # type: ignore[dict-item]
+
+
+def test_size_names_take_numpy_integers() -> None:
+    import numpy as np
+
+    sig = parse_signature("k(float* x[n/m], int n, int m)")
+    assert sig.sizes({"n": np.int64(7), "m": np.uint8(2)}) == {"x": 3}
+
+
+def test_cai_v2_stream_is_ignored_by_the_full_check_as_by_the_fast_one() -> None:
+    # Found by tests/test_argument_check_edges.py's fast-vs-full property: a CAI v2 dict carrying
+    # "stream": 0 was refused by cai_info ("CAI v3 forbids stream 0") yet accepted by plain_cai;
+    # v2 has no stream field (both read it as "the producer has synchronised").
+    from pybridge.interop import cai_info, plain_cai_of
+
+    cai = {"shape": (0,), "typestr": "<f4", "data": (256, False), "version": 2, "strides": None, "stream": 0}
+
+    class V2:
+        __cuda_array_interface__ = cai
+
+    assert plain_cai_of(cai, "<f4") is not None
+    info = cai_info(V2())
+    assert info is not None and info.stream is None and info.shape == (0,)
