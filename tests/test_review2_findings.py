@@ -179,3 +179,24 @@ def test_cai_v2_stream_is_ignored_by_the_full_check_as_by_the_fast_one() -> None
     assert plain_cai_of(cai, "<f4") is not None
     info = cai_info(V2())
     assert info is not None and info.stream is None and info.shape == (0,)
+
+
+@pytest.mark.parametrize("block", [0, -1, (16, 0), (4, -2, 1)])
+def test_grid_for_refuses_empty_or_negative_blocks(block: object) -> None:
+    # block=0 raised a bare ZeroDivisionError; block=-1 silently gave 1 block.
+    from pybridge.cuda.launch_config import grid_for
+
+    with pytest.raises(ValueError, match=r"grid_for: block"):
+        grid_for(10, block)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("n", [10.5, "10", None])
+def test_grid_for_takes_an_integer_count(n: object) -> None:
+    # 10.5 was int()-ed to 10: too few threads for 10.5 "items" is a caller's bug, not data.
+    import numpy as np
+
+    from pybridge.cuda.launch_config import grid_for
+
+    with pytest.raises(TypeError, match=r"grid_for: n must be an integer"):
+        grid_for(n, 256)  # type: ignore[arg-type]
+    assert grid_for(np.int64(257), 256) == 2
