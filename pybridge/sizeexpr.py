@@ -3,7 +3,9 @@
 size draws (``pybridge.testing.strategies``) and Futhark size rules (``pybridge.futhark.sizes``).
 
 Grammar: integer literals, names, ``+ - * / %`` (``//`` is accepted for ``/``; both round down, as
-sizes are integers), unary ``-`` and ``+``, parentheses, ``min(a, b)`` and ``max(a, b)``.
+sizes are integers), unary ``-`` and ``+``, parentheses, ``min(a, b)`` and ``max(a, b)``. Futhark
+text (``parse_size(..., futhark=True)``) keeps Futhark's meaning of ``//``: division rounding
+towards zero (``(0 - 1) // 2 == 0``), as its ``/`` and ``%`` round down.
 
 Pure Python; imports nothing of pybridge but the exception root.
 """
@@ -106,6 +108,9 @@ class SizeExpr:
                 return max(a, b)
             if b == 0:
                 raise ZeroDivisionError(f"division by zero in size expression {self.text!r}")
+            if op == "quot":  # Futhark's //: rounds towards zero
+                q = abs(a) // abs(b)
+                return q if (a < 0) == (b < 0) else -q
             return a // b if op == "/" else a % b
 
         return ev(self.tree)
@@ -128,6 +133,8 @@ class SizeExpr:
             op, left, right = node
             if op in ("min", "max"):
                 return f"{op}({src(left)}, {src(right)})"
+            if op == "quot":  # Futhark text only; never compiled into a kernel check
+                raise ValueError(f"size expression {self.text!r}: Futhark's // has no Python source here")
             return f"({src(left)} {'//' if op == '/' else op} {src(right)})"
 
         return src(self.tree)
@@ -142,11 +149,12 @@ _EXPR_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(//)|(.))")
 
 
 @lru_cache(maxsize=512)
-def parse_size(text: str, offset: int = 0, whole: str | None = None) -> SizeExpr:
+def parse_size(text: str, offset: int = 0, whole: str | None = None, *, futhark: bool = False) -> SizeExpr:
     """Parse a size expression such as ``m*n`` or ``(n + 2047) / 2048``.
 
     ``offset`` and ``whole``: where ``text`` sits in a longer text (a declaration), so that a
-    :class:`SizeExprError` points into that text.
+    :class:`SizeExprError` points into that text. ``futhark``: the text is Futhark's, whose ``//``
+    rounds towards zero.
     """
     if not isinstance(text, str):
         raise TypeError(f"a size expression is a str, not {type(text).__name__}")
@@ -162,7 +170,7 @@ def parse_size(text: str, offset: int = 0, whole: str | None = None) -> SizeExpr
         elif m.group(2) is not None:
             tokens.append(("name", m.group(2), offset + m.start(2)))
         elif m.group(3) is not None:
-            tokens.append(("op", "/", offset + m.start(3)))
+            tokens.append(("op", "quot" if futhark else "/", offset + m.start(3)))
         elif m.group(4) is not None:
             if m.group(4).isspace():
                 pos = m.end()
@@ -199,7 +207,7 @@ def parse_size(text: str, offset: int = 0, whole: str | None = None) -> SizeExpr
 
     def term() -> _Node:
         node = unary()
-        while peek()[0] == "op" and peek()[1] in "*/%":
+        while peek()[0] == "op" and peek()[1] in ("*", "/", "%", "quot"):
             op = take()[1]
             node = (op, node, unary())
         return node

@@ -200,3 +200,34 @@ def test_grid_for_takes_an_integer_count(n: object) -> None:
     with pytest.raises(TypeError, match=r"grid_for: n must be an integer"):
         grid_for(n, 256)  # type: ignore[arg-type]
     assert grid_for(np.int64(257), 256) == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.integers(-50, 50), b=st.integers(-7, 7).filter(bool))
+def test_futhark_quot_in_sizes_rounds_towards_zero(a: int, b: int) -> None:
+    # Futhark's // truncates (its / and % round down); the shared grammar read it as /.
+    import math
+
+    e = parse_size("a // b", futhark=True)
+    assert e.evaluate({"a": a, "b": b}) == math.trunc(a / b)
+    assert parse_size("a // b").evaluate({"a": a, "b": b}) == a // b  # kernel declarations: unchanged
+
+
+def test_futhark_size_with_quot_is_drawn_where_futhark_accepts_it(tmp_path) -> None:
+    # `[(n-1)//2]` is 0 for n = 0 in Futhark; pybridge computed -1 and never drew n = 0 at all.
+    import numpy as np
+    from hypothesis import find
+
+    import pybridge.futhark as pf
+    from pybridge.testing import entry_spec, inputs
+
+    src = tmp_path / "quotsize.fut"
+    src.write_text("entry f [n] (ys: [n]f32) (xs: [(n-1)//2]f32) : f32 = f32.sum xs + f32.sum ys\n")
+    lib = pf.load(str(src), backend="c")
+    try:
+        case = find(inputs(entry_spec(lib.f), max_size=3), lambda c: c.args[0].shape == (0,),
+                    settings=settings(database=None, max_examples=500))
+        assert case.args[1].shape == (0,)
+        assert lib.f(*case.args) == np.float32(0)  # Futhark agrees with the drawn shapes
+    finally:
+        lib.close()
