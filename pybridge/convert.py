@@ -41,7 +41,7 @@ def to_numpy(value: Any) -> Any:
         return [to_numpy(v) for v in value]
     if isinstance(value, Mapping):
         return {k: to_numpy(v) for k, v in value.items()}
-    for cls, reader in _READERS.items():
+    for cls, reader in tuple(_READERS.items()):  # a snapshot: register_reader may run meanwhile
         if isinstance(value, cls):
             return reader(value)
     numpy_method = getattr(value, "numpy", None)

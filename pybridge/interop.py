@@ -177,7 +177,7 @@ def cai_info(obj: Any, cai: Mapping[str, Any] | None = None) -> ArrayInfo | None
         strides = tuple(int(s) for s in strides_raw)
         if len(strides) != len(shape):
             raise ValueError(f"__cuda_array_interface__ of {type(obj).__name__}: strides and shape differ in length")
-    stream = cai.get("stream")
+    stream = cai.get("stream") if version >= 3 else None  # v2 and older carry none: the producer has synchronised
     if stream is not None:
         stream = int(stream)
         if stream == 0:
@@ -185,8 +185,6 @@ def cai_info(obj: Any, cai: Mapping[str, Any] | None = None) -> ArrayInfo | None
                 f"__cuda_array_interface__ of {type(obj).__name__} has stream 0, which CAI v3 forbids "
                 "(ambiguous between the legacy and per-thread default streams)"
             )
-    if version < 3:
-        stream = None  # v2 and older carry no stream: the producer has synchronised
     return ArrayInfo(
         ptr=ptr if ptr is not None else 0,
         shape=shape,

@@ -3,13 +3,16 @@
 size draws (``pybridge.testing.strategies``) and Futhark size rules (``pybridge.futhark.sizes``).
 
 Grammar: integer literals, names, ``+ - * / %`` (``//`` is accepted for ``/``; both round down, as
-sizes are integers), unary ``-`` and ``+``, parentheses, ``min(a, b)`` and ``max(a, b)``.
+sizes are integers), unary ``-`` and ``+``, parentheses, ``min(a, b)`` and ``max(a, b)``. Futhark
+text (``parse_size(..., futhark=True)``) keeps Futhark's meaning of ``//``: division rounding
+towards zero (``(0 - 1) // 2 == 0``), as its ``/`` and ``%`` round down.
 
 Pure Python; imports nothing of pybridge but the exception root.
 """
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -81,9 +84,14 @@ class SizeExpr:
                 return node
             if isinstance(node, str):
                 try:
-                    return int(env[node])
+                    value = env[node]
                 except KeyError:
                     raise KeyError(f"size expression {self.text!r} needs {node!r}") from None
+                try:
+                    return operator.index(value)  # ints and NumPy ints; never truncates 2.7 to 2
+                except TypeError:
+                    raise TypeError(f"size expression {self.text!r}: {node!r} must be an integer, "
+                                    f"got {value!r} ({type(value).__name__})") from None
             if len(node) == 2:
                 return -ev(node[1])
             op, left, right = node
@@ -100,6 +108,9 @@ class SizeExpr:
                 return max(a, b)
             if b == 0:
                 raise ZeroDivisionError(f"division by zero in size expression {self.text!r}")
+            if op == "quot":  # Futhark's //: rounds towards zero
+                q = abs(a) // abs(b)
+                return q if (a < 0) == (b < 0) else -q
             return a // b if op == "/" else a % b
 
         return ev(self.tree)
@@ -122,6 +133,8 @@ class SizeExpr:
             op, left, right = node
             if op in ("min", "max"):
                 return f"{op}({src(left)}, {src(right)})"
+            if op == "quot":  # Futhark text only; never compiled into a kernel check
+                raise ValueError(f"size expression {self.text!r}: Futhark's // has no Python source here")
             return f"({src(left)} {'//' if op == '/' else op} {src(right)})"
 
         return src(self.tree)
@@ -136,12 +149,15 @@ _EXPR_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(//)|(.))")
 
 
 @lru_cache(maxsize=512)
-def parse_size(text: str, offset: int = 0, whole: str | None = None) -> SizeExpr:
+def parse_size(text: str, offset: int = 0, whole: str | None = None, *, futhark: bool = False) -> SizeExpr:
     """Parse a size expression such as ``m*n`` or ``(n + 2047) / 2048``.
 
     ``offset`` and ``whole``: where ``text`` sits in a longer text (a declaration), so that a
-    :class:`SizeExprError` points into that text.
+    :class:`SizeExprError` points into that text. ``futhark``: the text is Futhark's, whose ``//``
+    rounds towards zero.
     """
+    if not isinstance(text, str):
+        raise TypeError(f"a size expression is a str, not {type(text).__name__}")
     whole = whole if whole is not None else text
     tokens: list[tuple[str, str, int]] = []
     pos = 0
@@ -154,7 +170,7 @@ def parse_size(text: str, offset: int = 0, whole: str | None = None) -> SizeExpr
         elif m.group(2) is not None:
             tokens.append(("name", m.group(2), offset + m.start(2)))
         elif m.group(3) is not None:
-            tokens.append(("op", "/", offset + m.start(3)))
+            tokens.append(("op", "quot" if futhark else "/", offset + m.start(3)))
         elif m.group(4) is not None:
             if m.group(4).isspace():
                 pos = m.end()
@@ -191,7 +207,7 @@ def parse_size(text: str, offset: int = 0, whole: str | None = None) -> SizeExpr
 
     def term() -> _Node:
         node = unary()
-        while peek()[0] == "op" and peek()[1] in "*/%":
+        while peek()[0] == "op" and peek()[1] in ("*", "/", "%", "quot"):
             op = take()[1]
             node = (op, node, unary())
         return node
@@ -212,7 +228,10 @@ def parse_size(text: str, offset: int = 0, whole: str | None = None) -> SizeExpr
         nonlocal depth
         kind, value, at = take()
         if kind == "int":
-            return int(value)
+            try:
+                return int(value)
+            except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+                raise SizeExprError(f"integer literal too long ({len(value)} digits)", whole, at) from None
         if kind == "name":
             if value in ("min", "max") and peek()[0] == "op" and peek()[1] == "(":
                 nest(take()[2])
@@ -251,4 +270,6 @@ def evaluate_size(text: str | int, env: Mapping[str, int]) -> int:
     """The value of a size expression (or a literal size) for the names in ``env``."""
     if isinstance(text, int):
         return text
+    if not isinstance(text, str):
+        raise TypeError(f"a size expression is a str or an int, not {type(text).__name__}")
     return parse_size(text).evaluate(env)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .kernel import Kernel
-from .launch_config import LaunchConfig
+from .launch_config import Dim3, LaunchConfig, grid_2d, grid_for  # noqa: F401 - their import path before launch_config.py
 
 __all__ = ["launch"]
 

@@ -101,10 +101,15 @@ def grid_for(n: int, block: Dim3 = 256, *, max_blocks: int | None = None) -> int
     """Blocks of ``block`` threads covering ``n`` items, at least 1 (a 0-block launch is an error;
     kernels bound-check, so one block with nothing to do is fine), at most ``max_blocks``
     (for grid-stride loops)."""
-    n = int(n)
+    try:
+        n = operator.index(n)  # NumPy ints too; a float count is a caller's bug, not truncated
+    except TypeError:
+        raise TypeError(f"grid_for: n must be an integer, got {n!r} ({type(n).__name__})") from None
     if n < 0:
         raise ValueError(f"grid_for: n must be >= 0, got {n}")
     b = _dim3(block, "block")
+    if min(b) < 1:
+        raise ValueError(f"grid_for: block dimensions must be at least 1, got {block!r}")
     per_block = b[0] * b[1] * b[2]
     blocks = max(1, -(-n // per_block))
     if max_blocks is not None:

@@ -220,7 +220,7 @@ def read_sidecar(path: Path) -> tuple[list[KernelSignature], str]:
 
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:  # corrupt: nested too deep
         raise SidecarError(f"{path}: not a launcher declaration file ({e}); rebuild it with `make cuda`") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         got = data.get("format") if isinstance(data, dict) else type(data).__name__

@@ -218,7 +218,7 @@ class _Parser:
             if m:
                 return int(m.group(1))
         try:  # a size expression such as [n+1], in the grammar kernels and strategies share
-            expr = parse_size(" ".join(t.text for t in toks))
+            expr = parse_size(" ".join(t.text for t in toks), futhark=True)
         except SizeExprError:
             return None  # something else (a function call, a name with a quote): not tracked
         return expr if expr.names else None

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import numbers
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
@@ -76,6 +77,17 @@ class Tolerance:
     #: check_against only: True for the bound n*eps*sum|x| over the float inputs, or a callable
     #: of the inputs returning the bound (see :func:`reduction_bound`).
     reduction: bool | Callable[..., Any] = False
+
+    def __post_init__(self) -> None:
+        # Checked here: a wrong bound otherwise fails deep in NumPy at the first compare.
+        for name in ("rtol", "atol", "ulps"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise TypeError(f"Tolerance({name}={v!r}): expected a number or None, got {type(v).__name__}")
+            if not v >= 0:  # NaN too
+                raise ValueError(f"Tolerance({name}={v!r}): expected a non-negative number")
 
     def explicit(self) -> bool:
         return self.rtol is not None or self.atol is not None or self.ulps is not None

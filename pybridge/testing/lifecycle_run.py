@@ -79,6 +79,9 @@ def run(programs: Sequence[str], backend: str, sequences: int, batch: int = 500,
     child is a separate process, so parallel batches cannot hide each other's crashes)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    for name, value, least in (("sequences", sequences, 0), ("batch", batch, 1), ("jobs", jobs, 1)):
+        if value < least:  # a batch <= 0 would run nothing and report success
+            raise ValueError(f"lifecycle_run: {name} must be at least {least}, got {value}")
     summary: dict[str, Any] = {"backend": backend, "programs": list(programs), "sequences": 0, "steps": 0, "batches": 0, "jobs": jobs, "crashes": [], "failures": []}
     sizes = [min(batch, sequences - start) for start in range(0, sequences, batch)]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -106,6 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="batches run at once (each in its own process)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    for name, least in (("sequences", 0), ("batch", 1), ("jobs", 1)):
+        value = getattr(args, name)
+        if value is not None and value < least:
+            ap.error(f"--{name} must be at least {least}, got {value}")
     n = args.sequences if args.sequences is not None else profile_sequences()
     if args.child:
         print(json.dumps(run_batch(args.programs, args.backend, n, args.steps)))

@@ -702,10 +702,19 @@ class InputOptions:
     def __post_init__(self) -> None:
         # Accept any iterable / None where a tuple or a dict is kept (frozen: set via object).
         extra = self.extra_sizes
-        extra = {k: tuple(v) for k, v in extra.items()} if isinstance(extra, Mapping) else tuple(extra or ())
+        try:
+            extra = {k: tuple(v) for k, v in extra.items()} if isinstance(extra, Mapping) else tuple(extra or ())
+        except TypeError:
+            raise TypeError(f"InputOptions(extra_sizes=...): expected sizes (an iterable of int) or a mapping "
+                            f"of size name -> sizes, got {self.extra_sizes!r:.80}") from None
         object.__setattr__(self, "extra_sizes", extra)
         for name in ("ranges", "elements", "values"):
-            object.__setattr__(self, name, dict(getattr(self, name) or {}))
+            value = getattr(self, name) or {}
+            try:
+                object.__setattr__(self, name, dict(value))
+            except (TypeError, ValueError):
+                raise TypeError(f"InputOptions({name}=...): expected a mapping of parameter name -> "
+                                f"{'(low, high)' if name == 'ranges' else 'strategy'}, got {value!r:.80}") from None
 
 
 def _resolve(s: StrategyOrFactory, sizes: Mapping[str, int]) -> st.SearchStrategy[Any]:
