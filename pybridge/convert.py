@@ -1,10 +1,11 @@
 """Values to NumPy: the package's one converter from results (Futhark handles, device arrays,
 structures of them) to plain NumPy data.
 
-Generic on purpose, so it imports nothing of Futhark or CUDA: whatever has ``.numpy()`` (Futhark
-array handles; opaque handles give their structured value), ``.get()`` (CuPy, PyCUDA
-``GPUArray``), ``__cuda_array_interface__`` (copied to the host with the driver) or
-``__dlpack__`` on the CPU is read; tuples, lists and dicts are converted element by element;
+Generic on purpose, so it imports nothing of Futhark or CUDA. In this order: pybridge's own values
+read themselves (``.numpy()``: Futhark array handles, opaque handles give their structured value,
+device arrays); host array-likes go through ``numpy.asarray``; ``__cuda_array_interface__``
+(CuPy, PyTorch, Numba, PyCUDA) is copied to the host with the driver; then ``.numpy()``,
+``.get()`` and ``__dlpack__`` on the CPU; tuples, lists and dicts are converted element by element;
 NumPy arrays, NumPy scalars and Python scalars pass through unchanged.
 """
 
@@ -44,18 +45,24 @@ def to_numpy(value: Any) -> Any:
     for cls, reader in tuple(_READERS.items()):  # a snapshot: register_reader may run meanwhile
         if isinstance(value, cls):
             return reader(value)
+    own = type(value).__module__.startswith("pybridge.")
     numpy_method = getattr(value, "numpy", None)
+    if own and callable(numpy_method):  # pybridge's handles and device arrays read themselves
+        out = numpy_method()
+        return out if out is value else to_numpy(out)
+    info = cai_info(value)
+    if info is None and (hasattr(value, "__array_interface__") or hasattr(value, "__array__")):
+        return np.asarray(value)  # host data (pandas, torch on the CPU, memoryview, ...)
+    if info is not None:
+        # Device memory of any producer (CuPy, PyTorch, Numba, PyCUDA): torch's .numpy() refuses
+        # a CUDA tensor and CuPy's __array__ refuses implicit copies, so the interface is read.
+        return copy_to_host(info)
     if callable(numpy_method):
         out = numpy_method()
         return out if out is value else to_numpy(out)
     get_method = getattr(value, "get", None)
     if callable(get_method):
         return get_method()
-    if hasattr(value, "__array_interface__") or hasattr(value, "__array__"):
-        return np.asarray(value)
-    info = cai_info(value)
-    if info is not None:
-        return copy_to_host(info)
     dlpack_device = getattr(value, "__dlpack_device__", None)
     if callable(dlpack_device) and dlpack_device()[0] == KDLCPU:
         return np.from_dlpack(value)

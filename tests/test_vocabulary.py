@@ -341,3 +341,21 @@ def test_input_options_are_the_inputs_keywords() -> None:
     assert {"min_size", "max_size", "extra_sizes", "ranges", "elements", "values"} <= names
     for name in names:
         testing.inputs(spec, **{name: getattr(InputOptions(), name)})  # each one is accepted
+
+
+def test_to_numpy_reads_host_array_likes_without_calling_get() -> None:
+    """An object with __array__ and a .get that needs arguments (pandas' Series has one) is read
+    as an array; a .get() is never called on it."""
+
+    class SeriesLike:
+        def __init__(self, v: np.ndarray) -> None:
+            self.v = v
+
+        def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+            return self.v
+
+        def get(self, key: Any, default: Any = None) -> Any:
+            raise AssertionError("get() called")
+
+    a = np.arange(3.0)
+    np.testing.assert_array_equal(to_numpy(SeriesLike(a)), a)

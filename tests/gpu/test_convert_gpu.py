@@ -46,3 +46,15 @@ def test_cai_only_objects_are_copied_to_the_host() -> None:
     np.testing.assert_array_equal(to_numpy(_OnlyCAI(d, view)), host[:, ::2])
     empty = dict(cai, shape=(0, 6), strides=None)
     assert to_numpy(_OnlyCAI(d, empty)).shape == (0, 6)
+
+
+def test_device_arrays_of_other_libraries_are_copied_to_the_host() -> None:
+    """torch's .numpy() refuses a CUDA tensor and CuPy refuses implicit __array__: both are read
+    through their CUDA array interface."""
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    torch = pytest.importorskip("torch")
+    t = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
+    np.testing.assert_array_equal(to_numpy(t), host)
+    np.testing.assert_array_equal(to_numpy({"t": (t.t(),)})["t"][0], host.T)  # a strided view
+    cupy = pytest.importorskip("cupy")
+    np.testing.assert_array_equal(to_numpy(cupy.asarray(host)), host)
