@@ -12,23 +12,15 @@ NumPy arrays, NumPy scalars and Python scalars pass through unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from .interop import KDLCPU, cai_info, copy_to_host
 
-__all__ = ["register_reader", "to_numpy"]
+__all__ = ["to_numpy"]
 
 _PLAIN = (np.ndarray, np.generic, bool, int, float, complex, str, bytes)
-# Readers a higher layer registers for its own types (type -> reader), so that this module imports
-# nothing above it (for types without a ``.numpy()``; Futhark's handles all have one).
-_READERS: dict[type, Callable[[Any], Any]] = {}
-
-
-def register_reader(cls: type, reader: Callable[[Any], Any]) -> None:
-    """Make :func:`to_numpy` read instances of ``cls`` (and subclasses) with ``reader``."""
-    _READERS[cls] = reader
 
 
 def to_numpy(value: Any) -> Any:
@@ -42,9 +34,6 @@ def to_numpy(value: Any) -> Any:
         return [to_numpy(v) for v in value]
     if isinstance(value, Mapping):
         return {k: to_numpy(v) for k, v in value.items()}
-    for cls, reader in tuple(_READERS.items()):  # a snapshot: register_reader may run meanwhile
-        if isinstance(value, cls):
-            return reader(value)
     own = type(value).__module__.startswith("pybridge.")
     numpy_method = getattr(value, "numpy", None)
     if own and callable(numpy_method):  # pybridge's handles and device arrays read themselves
