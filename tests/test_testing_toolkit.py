@@ -490,8 +490,12 @@ def test_default_and_explicit_tolerances() -> None:
 
 def test_nan_inf_int_bool_shape_rules() -> None:
     nan = np.float32(np.nan)
+    # NaN equals NaN by default, as numpy.testing.assert_allclose; equal_nan=False refuses it
+    assert_close(nan, nan)
     with pytest.raises(MismatchError, match="equal_nan=True"):
-        assert_close(nan, nan)
+        assert_close(nan, nan, equal_nan=False)
+    with pytest.raises(MismatchError):
+        assert_close(nan, np.float32(1))
     assert_close(nan, nan, equal_nan=True)
     with pytest.raises(MismatchError):
         assert_close(nan, np.float32(1), equal_nan=True)
@@ -1077,3 +1081,55 @@ def test_a_pybridge_cuda_kernel_is_a_kernel_target() -> None:
     t = as_target(k, block=128)
     assert isinstance(t, KernelTarget) and t.block == 128
     assert t.spec().describe() == "saxpy(a: f32, x: [n]f32, y: [n]f32, out: [n]f32, n: i64 (= n))"
+
+
+# ---------------------------------------------------------------- numpy.testing's conventions
+
+
+def _nan_where_negative(xs: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(xs)  # NaN for every negative element: both sides make the same NaNs
+
+
+def test_check_against_compares_nan_equal_by_default() -> None:
+    sig = "entry f [n] (xs: [n]f64) : [n]f64"
+    check_against(_nan_where_negative, _nan_where_negative, signature=sig, settings=NO_DB,
+                  examples=[{"xs": np.array([-1.0, 4.0])}])
+    # refused when asked, with the shrunk case: one negative element
+    with pytest.raises(MismatchError, match="NaN != NaN") as info:
+        check_against(_nan_where_negative, _nan_where_negative, signature=sig, settings=NO_DB,
+                      tolerance=Tolerance(equal_nan=False))
+    xs = info.value.inputs["xs"]
+    assert xs.size == 1 and not xs[0] >= 0  # one negative (or NaN) element
+    # NaN against a number is still a mismatch
+    with pytest.raises(MismatchError):
+        check_against(_nan_where_negative, lambda xs: np.sqrt(np.abs(xs)), signature=sig, settings=NO_DB)
+
+
+def test_a_reference_that_raises_is_reported_with_the_input() -> None:
+    from pybridge.testing import ReferenceRaisedError
+
+    sig = "entry f [n] (xs: [n]f32) : f32"
+    naive = lambda xs: xs.max()  # noqa: E731 - raises ValueError on an empty array
+
+    def target(xs: np.ndarray) -> np.float32:
+        return xs.max() if xs.size else np.float32(-np.inf)
+
+    with pytest.raises(ReferenceRaisedError, match="the reference raised on this input: ValueError") as info:
+        check_against(naive, target, signature=sig, settings=NO_DB)
+    err = info.value
+    assert isinstance(err, MismatchError) and isinstance(err.__cause__, ValueError)
+    assert err.inputs["xs"].size == 0 and "xs" in str(err)  # the input is named and shown
+    assert "Traceback" not in str(err) and err.results == -np.inf  # what the target returned
+    # a reference raising on one specific value: shrunk to it
+    def picky(xs: np.ndarray) -> np.float32:
+        if (xs == 3).any():
+            raise KeyError("three")
+        return np.float32(xs.sum())
+
+    with pytest.raises(ReferenceRaisedError, match="KeyError") as info:
+        check_against(picky, lambda xs: np.float32(xs.sum()), signature=sig, settings=NO_DB,
+                      examples=[{"xs": np.array([1, 3], np.float32)}])
+    assert (info.value.inputs["xs"] == 3).any()
+    # with errors= a raising reference stays part of the specification (unchanged)
+    check_against(naive, lambda xs: xs.max(), signature=sig, settings=NO_DB, errors=ValueError)

@@ -15,7 +15,13 @@ strings must be equal; floats must be within the tolerance:
   :func:`reduction_bound`).
 
 An element passes when it meets any criterion that was asked for (the rtol/atol test is
-``numpy.isclose``'s). NaN equals NaN only with ``equal_nan=True``; infinities must match exactly.
+``numpy.isclose``'s). NaN equals NaN (``equal_nan=True``, the default, as in
+``numpy.testing.assert_allclose``; ``Tolerance(equal_nan=False)`` to refuse NaN on both sides);
+infinities must match exactly.
+
+A reference that raises on an input (``xs.max()`` on an empty array) without ``errors=`` fails the
+check with :class:`ReferenceRaisedError` ("the reference raised on this input: ...", the input
+shrunk and shown), never with the reference's own exception escaping the comparison.
 
 ``rule=`` replaces all of that with an acceptance rule of your own: an object with
 ``check(args, expected, actual)`` returning something with ``.ok`` and ``.message`` (the example
@@ -72,7 +78,7 @@ class Tolerance:
     rtol: float | None = None
     atol: float | None = None
     ulps: int | None = None
-    equal_nan: bool = False
+    equal_nan: bool = True
     check_dtype: bool = False
     #: check_against only: True for the bound n*eps*sum|x| over the float inputs, or a callable
     #: of the inputs returning the bound (see :func:`reduction_bound`).
@@ -106,8 +112,8 @@ class Tolerance:
         else:
             r, a = DEFAULT_TOLERANCES.get(np.dtype(dtype), DEFAULT_TOLERANCES[np.dtype(np.float64)])
             parts.append(f"rtol={r:g}, atol={a:g} ({np.dtype(dtype).name} defaults)")
-        if self.equal_nan:
-            parts.append("equal_nan")
+        if not self.equal_nan:  # the default (NaN equals NaN) goes unsaid
+            parts.append("equal_nan=False")
         return ", ".join(parts)
 
 
@@ -222,6 +228,17 @@ class MismatchError(PybridgeError, AssertionError):
         self.mismatches = mismatches
         self.results = results
         self.expected = expected
+
+
+class ReferenceRaisedError(MismatchError):
+    """The reference raised on an input (and ``errors=`` did not make errors part of the
+    specification): no expected value exists for it. ``inputs`` is the (shrunk) case, ``error``
+    (also ``__cause__``) what the reference raised, ``results`` what the target returned."""
+
+    def __init__(self, inputs: Inputs, error: BaseException, results: Any = None):
+        reason = f"the reference raised on this input: {type(error).__name__}: {_short(str(error))}"
+        super().__init__(f"{reason}\ninputs:\n{inputs.summary()}", inputs, [Mismatch("reference", reason)], results)
+        self.error = error
 
 
 def _fmt(v: Any) -> str:
@@ -401,7 +418,7 @@ def assert_close(
     rtol: float | None = None,
     atol: float | None = None,
     ulps: int | None = None,
-    equal_nan: bool = False,
+    equal_nan: bool = True,
     check_dtype: bool = False,
     bound: Bound | None = None,
     inputs: Inputs | None = None,
@@ -872,7 +889,10 @@ def check_against(
                 elif callable(reduction):
                     bound = reduction(*copy.deepcopy(case.args))
             if errors is None:
-                expected = ref(case.copy())
+                try:
+                    expected = ref(case.copy())
+                except Exception as e:  # noqa: BLE001 - reported with the input, not as a crash of the check
+                    raise ReferenceRaisedError(case, e, got) from e
             else:
                 try:
                     expected = ref(case.copy())
@@ -912,6 +932,7 @@ __all__ = [
     "KernelTarget",
     "Mismatch",
     "MismatchError",
+    "ReferenceRaisedError",
     "Target",
     "Tolerance",
     "apply_rule",
