@@ -19,6 +19,7 @@ import hashlib
 import io
 import importlib.util
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -45,9 +46,19 @@ def _import_from(path: Path, name: str) -> ModuleType:
     return module
 
 
+_NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
+# The header's name as the generated C includes it: a copy under this name, never the program's own
+# file name (which may hold '"', '\\' or a newline, none of which an #include can spell).
+_HEADER_COPY = "pybridge_futhark_library.h"
+
+
 def _module_name(mode: str, cdef: str, library: Path) -> str:
-    digest = hashlib.sha256(f"{mode}\0{cdef}\0{library}\0{cffi.__version__}".encode()).hexdigest()[:16]
-    return f"_pybridge_{mode}_{library.stem.removeprefix('lib')}_{digest}"
+    """A module name that is a C identifier (cffi names ``PyInit_<name>`` after it and writes it into
+    Python source) whatever the program's file name holds (Futhark accepts '-', spaces, quotes,
+    newlines, non-ASCII): other characters become '_', and the hash of the full path keeps it unique."""
+    digest = hashlib.sha256(f"{mode}\0{cdef}\0{library}\0{cffi.__version__}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    stem = _NOT_IDENTIFIER.sub("_", library.stem.removeprefix("lib"))[:40]
+    return f"_pybridge_{mode}_{stem}_{digest}"
 
 
 def bind_abi(cdef: str, library: Path) -> tuple[Any, Any]:
@@ -105,17 +116,18 @@ def _compile_api(
     builder = cffi.FFI()
     # The header declares CUdeviceptr (through cuda.h): let the C compiler size it.
     builder.cdef(cdef.replace("typedef unsigned long long CUdeviceptr;", "typedef int... CUdeviceptr;"))
-    builder.set_source(
-        name,
-        f'#include "{header.name}"\n{extra_source}',
-        include_dirs=[str(header.parent), *include_dirs],
-        # By full path: linked as -lprobe, two libprobe.so of different directories would resolve
-        # to whichever the process loaded first (the loader matches the needed name).
-        extra_link_args=[str(library.resolve())],
-    )
     out.mkdir(parents=True, exist_ok=True)
     # Build in a private directory and rename into place: another process may be loading the cache.
     with tempfile.TemporaryDirectory(dir=out) as tmp:
+        shutil.copyfile(header, Path(tmp) / _HEADER_COPY)
+        builder.set_source(
+            name,
+            f'#include "{_HEADER_COPY}"\n{extra_source}',
+            include_dirs=[tmp, *include_dirs],
+            # By full path: linked as -lprobe, two libprobe.so of different directories would resolve
+            # to whichever the process loaded first (the loader matches the needed name).
+            extra_link_args=[str(library.resolve())],
+        )
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             built = Path(builder.compile(tmpdir=tmp, verbose=False))
         target = out / built.name

@@ -90,7 +90,9 @@ def build_program(
     cc = cc or os.environ.get("CC", "cc")
     stem = src.stem
     digest = _digest(src, backend, compiler)
-    out = Path(out_dir) if out_dir else cache_dir() / "programs" / backend / f"{stem}-{digest}"
+    # The cache folder's name: the program's name in portable characters (the compilers see this
+    # path: GCC fails on a carriage return in it), the digest keeps it apart from others.
+    out = Path(out_dir) if out_dir else cache_dir() / "programs" / backend / f"{re.sub(r'[^A-Za-z0-9_+-]', '_', stem)[:60]}-{digest}"
     so = out / f"lib{stem}.so"
     if _is_built(out, so, digest):
         return so
@@ -100,9 +102,14 @@ def build_program(
             return so
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
         try:
-            _run([compiler, backend, "--library", "-o", str(tmp / stem), str(src)], "futhark")
-            harden_file(tmp / f"{stem}.c")  # OOM and negative sizes: errors instead of a dead process
-            compile_library(tmp / f"{stem}.c", backend, tmp / so.name, cc)
+            # Futhark names its outputs after -o: a fixed name there, renamed to the program's own
+            # after, so no file name (".", "-x", "a\rb") reaches a path the compilers build on.
+            _run([compiler, backend, "--library", "-o", str(tmp / _OUT), str(src)], "futhark")
+            _escape_carriage_returns(tmp / f"{_OUT}.c")
+            harden_file(tmp / f"{_OUT}.c")  # OOM and negative sizes: errors instead of a dead process
+            compile_library(tmp / f"{_OUT}.c", backend, tmp / so.name, cc)
+            for ext in (".c", ".h", ".json"):
+                os.replace(tmp / f"{_OUT}{ext}", tmp / f"{stem}{ext}")
             shutil.copy2(src, tmp / src.name)  # keep the source beside the library (Library.source_path)
             (tmp / _STAMP).write_text(digest)
             _publish(tmp, out, last=(so.name, _STAMP))
@@ -112,6 +119,16 @@ def build_program(
 
 
 _STAMP = ".source-hash"
+_OUT = "pybridge_futhark_out"
+
+
+def _escape_carriage_returns(c_file: Path) -> None:
+    """Futhark copies the source's path into comments and string literals of the C as it is; a
+    carriage return there ends a C line (a build error). Spelled as the escape ``\\r`` it is text in
+    a comment and the same character in a string literal (Futhark writes no other raw CR)."""
+    data = c_file.read_bytes()
+    if b"\r" in data:
+        c_file.write_bytes(data.replace(b"\r", b"\\r"))
 _IMPORT = re.compile(r'^\s*(?:open\s+|local\s+)*import\s+"([^"]+)"', re.MULTILINE)
 _thread_locks: dict[Path, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()
