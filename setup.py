@@ -42,7 +42,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["pybridge", "pybridge.*"]),
     package_data={"pybridge": ["py.typed"]},
-    install_requires=["numpy>=1.23", "cffi>=1.15"],
+    install_requires=["numpy>=1.23", "cffi>=1.15", "filelock>=3.12", "platformdirs>=3.0"],
     extras_require={
         "cuda": ["pycuda>=2024.1"],
         # futhark-ffi: the baseline that tests/test_futhark_ffi_baseline.py compares against.

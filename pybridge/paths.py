@@ -42,9 +42,16 @@ def find_build_file(relative: str | os.PathLike[str]) -> Path | None:
 
 
 def cache_dir() -> Path:
-    """A writable per-user cache (generated cffi modules, compiled user programs)."""
-    base = os.environ.get("PYBRIDGE_CACHE") or os.environ.get("XDG_CACHE_HOME")
-    root = Path(base) if base else Path.home() / ".cache"
-    d = root / "pybridge" if not os.environ.get("PYBRIDGE_CACHE") else root
+    """A writable per-user cache (generated cffi modules, compiled user programs and CUDA C):
+    ``$PYBRIDGE_CACHE``, else the platform's per-user cache folder (platformdirs: on Linux
+    ``$XDG_CACHE_HOME/pybridge``, by default ``~/.cache/pybridge``). ``pybridge cache`` lists and
+    clears it."""
+    env = os.environ.get("PYBRIDGE_CACHE")
+    if env:
+        d = Path(env)
+    else:
+        import platformdirs
+
+        d = Path(platformdirs.user_cache_dir("pybridge", appauthor=False))
     d.mkdir(parents=True, exist_ok=True)
     return d

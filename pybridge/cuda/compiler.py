@@ -21,10 +21,10 @@ ccache) remembers its header list, so a cache hit costs hashing
 those headers instead of an nvcc run; a header *added* earlier on the include path, shadowing one
 the record lists, is not seen by it: pass ``rebuild=True`` then.
 
-**Concurrency.** One compile per key across threads and processes: an ``flock`` on
+**Concurrency.** One compile per key across threads and processes: a file lock (filelock) on
 ``<key>.lock``; the entry is written in a temporary directory and renamed into place (atomic), so
 readers see a whole entry or none. An entry missing a file, or with a cubin that is not a CUDA ELF,
-is rebuilt. Entries are never evicted: delete ``$PYBRIDGE_CACHE/cuda`` to reclaim the space.
+is rebuilt. ``pybridge cache`` lists and clears entries (:mod:`pybridge.cache`).
 """
 
 from __future__ import annotations
@@ -457,6 +457,7 @@ class _Cache:
         key = self._key(job, rebuild)
         entry = self.root / key
         if not rebuild and self._complete(entry):
+            _touch(entry)
             return self._result(job, entry, True)
         with _locked(self.root / f"{key}.lock") as exclusive:
             if not rebuild and self._complete(entry):
@@ -485,25 +486,27 @@ class _Cache:
                             raise
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
+        from .. import cache
+
+        cache.enforce_bound()
         return self._result(job, entry, False)
+
+
+def _touch(entry: Path) -> None:
+    try:
+        os.utime(entry)  # least recently used first when the cache is over its bound
+    except OSError:
+        pass
 
 
 @contextmanager
 def _locked(path: Path) -> Iterator[bool]:
-    """An exclusive flock on ``path`` (between processes, and between threads: each open() is its
-    own open file description); yields whether it holds it. Without fcntl (not POSIX) it holds nothing
-and the atomic rename alone keeps entries whole."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield False
-        return
-    with open(path, "a+b") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield True
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    """An exclusive lock on ``path`` between processes and threads (:class:`filelock.FileLock`:
+    flock on POSIX, msvcrt's locking on Windows); yields True once it holds it."""
+    from filelock import FileLock
+
+    with FileLock(path):
+        yield True
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -18,12 +18,14 @@ import contextlib
 import hashlib
 import io
 import importlib.util
+import logging
 import os
 import re
 import shutil
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -34,6 +36,7 @@ import cffi
 from ..paths import cache_dir
 
 _lock = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 def _import_from(path: Path, name: str) -> ModuleType:
@@ -50,6 +53,13 @@ _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
 # The header's name as the generated C includes it: a copy under this name, never the program's own
 # file name (which may hold '"', '\\' or a newline, none of which an #include can spell).
 _HEADER_COPY = "pybridge_futhark_library.h"
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)  # used now: pybridge.cache keeps recently used modules
+    except OSError:
+        pass
 
 
 def _module_name(mode: str, cdef: str, library: Path) -> str:
@@ -69,7 +79,10 @@ def bind_abi(cdef: str, library: Path) -> tuple[Any, Any]:
         module = sys.modules.get(name)
         if module is None:
             py = out / f"{name}.py"
-            if not py.exists():
+            if py.exists():
+                _touch(py)
+            else:
+                log.info("%s: generating its ABI-mode bindings (cffi)", library.name)
                 builder = cffi.FFI()
                 builder.cdef(cdef)
                 builder.set_source(name, None)
@@ -104,8 +117,14 @@ def bind_api(
         module = sys.modules.get(name)
         if module is None:
             found = sorted(out.glob(f"{name}.*.so")) + sorted(out.glob(f"{name}.so"))
-            if not found:
+            if found:
+                log.debug("%s: API-mode bindings cached in %s", library.name, found[0])
+                _touch(found[0])
+            else:
+                log.info("%s: compiling its API-mode bindings (cffi, C compiler)", library.name)
+                start = time.perf_counter()
                 found = [_compile_api(name, cdef + extra_cdef, library, header, include_dirs, extra_source, out)]
+                log.info("%s: API-mode bindings compiled in %.1f s: %s", library.name, time.perf_counter() - start, found[0])
             module = _import_from(found[0], name)
     return module.ffi, module.lib
 

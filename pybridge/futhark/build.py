@@ -13,16 +13,18 @@ moved into place by atomic renames, so a reader never sees a half-written librar
 
 from __future__ import annotations
 
-import fcntl
+import functools
 import hashlib
+import logging
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-import threading
+import time
 from pathlib import Path
 
+from .. import cache
 from ..paths import cache_dir
 from .csource import MARK, harden_file
 from ..errors import PybridgeError
@@ -40,6 +42,9 @@ INSTALL_HINT = (
     "Run scripts/install-futhark.sh in a pybridge checkout (Debian/Ubuntu x86-64), or get the Futhark compiler from the official release tarball at https://futhark-lang.org/releases/ "
     "(unpack it and put its bin/ on PATH), or set FUTHARK=/path/to/futhark."
 )
+
+
+log = logging.getLogger(__name__)
 
 
 class BuildError(PybridgeError, RuntimeError):
@@ -94,12 +99,18 @@ def build_program(
     # path: GCC fails on a carriage return in it), the digest keeps it apart from others.
     out = Path(out_dir) if out_dir else cache_dir() / "programs" / backend / f"{re.sub(r'[^A-Za-z0-9_+-]', '_', stem)[:60]}-{digest}"
     so = out / f"lib{stem}.so"
-    if _is_built(out, so, digest):
-        return so
+    cached = out_dir is None
+    if cached:
+        cache.register_use(out)  # from now on no bound or `pybridge cache clear` removes it
     out.parent.mkdir(parents=True, exist_ok=True)
-    with _build_lock(out.parent / f".{out.name}.lock"):
-        if _is_built(out, so, digest):  # another thread or process built it while we waited
+    # Checked under the entry's lock: a removal in progress finishes first (then this rebuilds).
+    with cache.entry_lock(out):
+        if _is_built(out, so, digest):  # built before, or by another thread or process meanwhile
+            log.debug("%s (%s): cached in %s", src, backend, out)
+            _touch(out / _STAMP)
             return so
+        log.info("compiling %s for the %s backend with %s (%s)", src, backend, compiler, (_compiler_version(compiler).splitlines() or ["?"])[0])
+        start = time.perf_counter()
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
         try:
             # Futhark names its outputs after -o: a fixed name there, renamed to the program's own
@@ -115,7 +126,34 @@ def build_program(
             _publish(tmp, out, last=(so.name, _STAMP))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        log.info("compiled %s in %.1f s: %s", src.name, time.perf_counter() - start, so)
+    if cached:
+        cache.enforce_bound()
     return so
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)  # least recently used first when the cache is over its bound
+    except OSError:
+        pass
+
+
+@functools.lru_cache(maxsize=16)
+def _version_of(compiler: str, mtime_ns: int) -> str:
+    try:
+        return subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    except OSError as e:
+        raise BuildError(f"futhark not runnable: {compiler}: {e}") from None
+
+
+def _compiler_version(compiler: str) -> str:
+    """``futhark --version`` (run once per compiler binary and process)."""
+    try:
+        mtime = os.stat(compiler).st_mtime_ns
+    except OSError:
+        mtime = 0
+    return _version_of(compiler, mtime)
 
 
 _STAMP = ".source-hash"
@@ -130,8 +168,6 @@ def _escape_carriage_returns(c_file: Path) -> None:
     if b"\r" in data:
         c_file.write_bytes(data.replace(b"\r", b"\\r"))
 _IMPORT = re.compile(r'^\s*(?:open\s+|local\s+)*import\s+"([^"]+)"', re.MULTILINE)
-_thread_locks: dict[Path, threading.Lock] = {}
-_thread_locks_guard = threading.Lock()
 
 
 def source_files(src: str | os.PathLike[str]) -> list[Path]:
@@ -160,7 +196,7 @@ def source_files(src: str | os.PathLike[str]) -> list[Path]:
 
 def _digest(src: Path, backend: str, compiler: str) -> str:
     """The cache key: every source file (path relative to the program, and content), backend, compiler."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    version = _compiler_version(compiler)
     h = hashlib.sha256(f"{backend}\0{version}\0{MARK}\0".encode())
     for f in source_files(src):
         h.update(os.path.relpath(f, src.parent).encode() + b"\0" + f.read_bytes() + b"\0")
@@ -172,34 +208,6 @@ def _is_built(out: Path, so: Path, digest: str) -> bool:
         return so.is_file() and (out / _STAMP).read_text() == digest
     except OSError:
         return False
-
-
-class _build_lock:
-    """An exclusive lock per output folder, held across threads (a lock) and processes (flock)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        with _thread_locks_guard:
-            self.thread_lock = _thread_locks.setdefault(path, threading.Lock())
-
-    def __enter__(self) -> None:
-        self.thread_lock.acquire()
-        try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX)
-            except BaseException:
-                os.close(self.fd)
-                raise
-        except BaseException:
-            self.thread_lock.release()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            os.close(self.fd)  # closing the descriptor releases the flock
-        finally:
-            self.thread_lock.release()
 
 
 def _publish(tmp: Path, out: Path, last: tuple[str, ...]) -> None:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import copyreg
 import ctypes
+import logging
 import os
 import subprocess
 import sys
 import threading
+import time
 import warnings
 import weakref
 from pathlib import Path
@@ -34,6 +36,8 @@ from .manifest import ArrayInfo, Manifest, ManifestError, load_manifest
 from .shims import shims_for
 from .names import name_lookup, python_names
 from .source import SourceInfo, load_source
+
+log = logging.getLogger(__name__)
 
 BACKEND_PREFERENCE = ("c", "multicore", "cuda", "hip", "opencl", "ispc")
 
@@ -267,6 +271,7 @@ def load(
     device, unified_memory, platform, nvrtc_options, default_*_size).
     """
     cfg = Config.from_kwargs(**config)
+    start = time.perf_counter()
     if str(name_or_path).endswith(".fut"):
         from .build import build_program
 
@@ -281,7 +286,9 @@ def load(
     manifest = load_manifest(manifest_path)
     if backend and manifest.backend != backend:
         raise ValueError(f"{so.name} was compiled for the {manifest.backend} backend, not {backend}")
-    return Library(so, manifest, mode, cfg)
+    lib = Library(so, manifest, mode, cfg)
+    log.debug("loaded %s (%s backend, %s mode) in %.3f s", so, lib.backend, lib.mode, time.perf_counter() - start)
+    return lib
 
 
 def _one_line(e: BaseException) -> str:
