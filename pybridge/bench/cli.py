@@ -36,8 +36,8 @@ def _module(name: str) -> tuple[Any, str]:
         return None, f"pybridge.bench.{name} is missing in this installation ({e})"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pybridge bench", description=__doc__.splitlines()[0],
+def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p = parser_class(prog="pybridge bench", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="subcommand", required=True)
 
@@ -65,9 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ns = build_parser().parse_args(argv)
+    ns = build_parser(parser_class).parse_args(argv)
     rows: list[dict[str, Any]] = []
     failed = 0
     meta = None

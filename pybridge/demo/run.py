@@ -3,6 +3,8 @@ its NumPy reference with pybridge.testing's comparison (:mod:`pybridge.demo.exam
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,77 @@ import numpy as np
 from . import catalog, examples
 from .examples import Example
 
-__all__ = ["run_demo"]
+__all__ = ["available_memory", "memory_estimate", "run_demo"]
+
+#: Peak resident memory of ``pybridge demo`` over the bytes of an example's inputs and result: the
+#: generators' float64 temporaries, Futhark's copies of inputs and result, the reference's result
+#: and the check's arrays. Measured: saxpy at 2**25 elements peaked at 3.2 GB for 384 MB of inputs
+#: and result (8.3x) on c; the estimate rounds that up.
+MEMORY_FACTOR = 9
+_PROBE_SIZE = 1024
+
+
+def memory_estimate(ex: Example, size: int) -> int:
+    """Bytes ``pybridge demo`` needs for ``ex`` at ``size``: inputs and reference result measured at
+    a small size, scaled linearly (every example's data grows linearly with its size), times
+    :data:`MEMORY_FACTOR`."""
+    with np.errstate(all="ignore"):
+        args = ex.inputs(_PROBE_SIZE)
+        try:
+            result = ex.reference(*args)
+        except Exception:  # noqa: BLE001 - a reference that cannot run here: count the inputs only
+            result = ()
+    outs = result if isinstance(result, tuple) else (result,)
+    per = sum(np.asarray(a).nbytes for a in args) + sum(
+        np.asarray(o).nbytes for o in outs if isinstance(o, (np.ndarray, np.generic, int, float)))
+    return int(per * MEMORY_FACTOR * max(size, _PROBE_SIZE) / _PROBE_SIZE)
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still use: MemAvailable of /proc/meminfo, lowered by a cgroup v2
+    limit; else the free physical pages (os.sysconf); None when unknown."""
+    avail: int | None = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return None
+    try:
+        limit = open("/sys/fs/cgroup/memory.max").read().strip()
+        used = int(open("/sys/fs/cgroup/memory.current").read())
+        if limit != "max":
+            avail = min(avail, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return max(avail, 0)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 1024**3:.1f} GiB" if n >= 1024**3 else f"{n / 1024**2:.0f} MiB"
+
+
+def _refuse_size(names: Sequence[str], size: int) -> str | None:
+    """Why ``size`` cannot fit in memory for one of ``names``, or None."""
+    avail = available_memory()
+    if avail is None:
+        return None
+    for name in names:
+        ex = examples.get(name)
+        need = memory_estimate(ex, size)
+        if need > avail:
+            fits = int(size * avail / need)
+            return (f"--size {size} needs about {_gib(need)} for {name} (its inputs and result, "
+                    f"with the copies the demo makes), more than the {_gib(avail)} of memory available; "
+                    f"the largest size that fits is about {fits}")
+    return None
 
 
 def _run_futhark_example(ex: Example, libs: dict[Path, Any], size: int | None,
@@ -115,26 +187,39 @@ def run_demo(names: Sequence[str], size: int | None, *, best_backends: Sequence[
         return 1
     gpu, why = _gpu_present()
     names = list(names) or list(examples.DEMO_EXAMPLES)
+    if size is not None:
+        refusal = _refuse_size(names, size)
+        if refusal:
+            print(f"pybridge demo: error: {refusal}", file=sys.stderr)
+            return 2
     libs: dict[Path, Any] = {}
-    rows = [("example", "ran on", "result", "time/call (median)", "note")]
-    bad = 0
-    for name in names:
-        ex = examples.get(name)
-        r = _run_futhark_example(ex, libs, size, best_backends)
-        rows.append((name, *r))
-        bad += r[1] not in ("ok", "skipped", "not built")
-        if gpu:
-            c = _run_cuda_example(ex, size)
-            if c:
-                rows.append(("", *c))
-                bad += c[1] not in ("ok", "skipped")
-    for lib in libs.values():
-        lib.close()
-    widths = [max(len(str(r[i])) for r in rows) for i in range(5)]
-    for i, r in enumerate(rows):
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
+    # Each row as soon as its example finishes: fixed widths, the header first.
+    widths = (max(7, *(len(n) for n in names)), 30, 10, 18)
+    header = ("example", "ran on", "result", "time/call (median)", "note")
+
+    def show(row: Sequence[str]) -> None:
+        cells = [str(c).ljust(w) for c, w in zip(row, widths)] + [str(row[4])]
+        print("  ".join(cells).rstrip(), flush=True)
+
+    show(header)
+    print("  ".join("-" * w for w in (*widths, 4)), flush=True)
+    bad = ran = 0
+    try:
+        for name in names:
+            ex = examples.get(name)
+            r = _run_futhark_example(ex, libs, size, best_backends)
+            show((name, *r))
+            bad += r[1] not in ("ok", "skipped", "not built")
+            ran += r[1] not in ("skipped", "not built")
+            if gpu:
+                c = _run_cuda_example(ex, size)
+                if c:
+                    show(("", *c))
+                    bad += c[1] not in ("ok", "skipped")
+                    ran += c[1] != "skipped"
+    finally:
+        for lib in libs.values():
+            lib.close()
     print("\nTimes: call + device sync, after warm-up, inputs resident (Futhark handles; device arrays "
           "for kernels_cu, writing into a reused out=).")
     if not any(k.startswith("futhark/") for k in built):
@@ -143,4 +228,8 @@ def run_demo(names: Sequence[str], size: int | None, *, best_backends: Sequence[
     if not gpu:
         print(f"No GPU here ({why}): CUDA kernels and the cuda backend were not run. On a machine "
               "with an NVIDIA GPU: `make cuda` and `pip install 'pybridge[cuda]'`.")
+    if not ran:
+        reason = "no Futhark library is built (run `make`)" + ("" if gpu else f" and there is no GPU ({why})")
+        print(f"pybridge demo: nothing ran: {reason}", file=sys.stderr)
+        return 1
     return 1 if bad else 0

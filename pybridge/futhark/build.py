@@ -89,6 +89,8 @@ def build_program(
         raise FileNotFoundError(f"source: {src} does not exist")
     if backend not in LINK_FLAGS:
         raise ValueError(f"backend: expected one of {sorted(LINK_FLAGS)}, got {backend!r}")
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ValueError(f"out_dir: {out_dir} exists and is not a directory")
     compiler = futhark or futhark_compiler()
     if compiler is None:
         raise BuildError(f"the Futhark compiler was not found. {INSTALL_HINT}")
