@@ -15,8 +15,9 @@ allowed). After each build the least recently used entries are removed until the
 under ``.<entry>.users/`` with a lock of its own that it holds until it exits. Removal takes the
 entry's lock without waiting (a build in progress: skipped), then skips the entry if any registered
 process still holds its lock (a dead process's lock is free: its file is removed). A CUDA entry
-is skipped while its ``<key>.lock`` is held; a cffi module used (imported) in the last
-:data:`RECENT_SECONDS` is kept, since a process may be between finding it and importing it.
+is skipped while its ``<key>.lock`` is held. A cffi module may go at any time: a process that
+imported it keeps it (the file is unlinked, not changed), and one that finds it gone between
+looking and importing generates it again (:mod:`pybridge.futhark.binding`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 2 * 1024**3
-RECENT_SECONDS = 600.0
 _USERS = ".users"
 _held: dict[Path, FileLock] = {}  # entries this process uses: locks held until it exits
 _held_guard = threading.Lock()
@@ -214,15 +214,13 @@ def _remove(entry: CacheEntry) -> bool:
         finally:
             lock.release()
         return not entry.path.exists()
-    if time.time() - entry.last_used < RECENT_SECONDS:
-        return False
     entry.path.unlink(missing_ok=True)
     return True
 
 
 def clear(older_than: float | None = None, root: Path | None = None) -> tuple[list[CacheEntry], list[CacheEntry]]:
     """Remove every entry (or those not used for ``older_than`` seconds) that is not in use;
-    (removed, kept because in use). cffi modules used in the last minutes count as in use."""
+    (removed, kept because in use)."""
     now = time.time()
     removed: list[CacheEntry] = []
     kept: list[CacheEntry] = []

@@ -57,9 +57,45 @@ _HEADER_COPY = "pybridge_futhark_library.h"
 
 def _touch(path: Path) -> None:
     try:
-        os.utime(path)  # used now: pybridge.cache keeps recently used modules
+        os.utime(path)  # used now: pybridge.cache removes the least recently used first
     except OSError:
         pass
+
+
+def _import_fresh(path: Path, name: str, make: Any) -> ModuleType:
+    """Import the cached module at ``path`` (``make()`` first when it is missing): once more, made
+    anew, when it disappears between finding and importing it (``pybridge cache clear`` or the
+    cache's size bound may remove a module at any time; a process that imported it keeps it)."""
+    if not path.exists():
+        path = make()
+    else:
+        log.debug("%s: cached bindings %s", name, path)
+        _touch(path)
+    try:
+        return _import_from(path, name)
+    except (OSError, ImportError):
+        if path.exists():
+            raise
+        sys.modules.pop(name, None)
+        return _import_from(make(), name)
+
+
+def _generate_abi(name: str, cdef: str, library: Path, py: Path, out: Path) -> Path:
+    log.info("%s: generating its ABI-mode bindings (cffi)", library.name)
+    builder = cffi.FFI()
+    builder.cdef(cdef)
+    builder.set_source(name, None)
+    out.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}", suffix=".py.tmp")
+    os.close(fd)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # cffi prints 'generating ...'
+            builder.emit_python_code(tmp)
+        os.replace(tmp, py)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return py
 
 
 def _module_name(mode: str, cdef: str, library: Path) -> str:
@@ -79,24 +115,7 @@ def bind_abi(cdef: str, library: Path) -> tuple[Any, Any]:
         module = sys.modules.get(name)
         if module is None:
             py = out / f"{name}.py"
-            if py.exists():
-                _touch(py)
-            else:
-                log.info("%s: generating its ABI-mode bindings (cffi)", library.name)
-                builder = cffi.FFI()
-                builder.cdef(cdef)
-                builder.set_source(name, None)
-                out.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}", suffix=".py.tmp")
-                os.close(fd)
-                try:
-                    with contextlib.redirect_stdout(io.StringIO()):  # cffi prints 'generating ...'
-                        builder.emit_python_code(tmp)
-                    os.replace(tmp, py)
-                finally:
-                    if os.path.exists(tmp):
-                        os.remove(tmp)
-            module = _import_from(py, name)
+            module = _import_fresh(py, name, lambda: _generate_abi(name, cdef, library, py, out))
     ffi = module.ffi
     try:
         lib = ffi.dlopen(str(library))
@@ -116,16 +135,18 @@ def bind_api(
     with _lock:
         module = sys.modules.get(name)
         if module is None:
-            found = sorted(out.glob(f"{name}.*.so")) + sorted(out.glob(f"{name}.so"))
-            if found:
-                log.debug("%s: API-mode bindings cached in %s", library.name, found[0])
-                _touch(found[0])
-            else:
+            def find() -> Path | None:
+                found = sorted(out.glob(f"{name}.*.so")) + sorted(out.glob(f"{name}.so"))
+                return found[0] if found else None
+
+            def make() -> Path:
                 log.info("%s: compiling its API-mode bindings (cffi, C compiler)", library.name)
                 start = time.perf_counter()
-                found = [_compile_api(name, cdef + extra_cdef, library, header, include_dirs, extra_source, out)]
-                log.info("%s: API-mode bindings compiled in %.1f s: %s", library.name, time.perf_counter() - start, found[0])
-            module = _import_from(found[0], name)
+                built = _compile_api(name, cdef + extra_cdef, library, header, include_dirs, extra_source, out)
+                log.info("%s: API-mode bindings compiled in %.1f s: %s", library.name, time.perf_counter() - start, built)
+                return built
+
+            module = _import_fresh(find() or out / f"{name}.so", name, make)
     return module.ffi, module.lib
 
 
