@@ -7,6 +7,8 @@ import importlib
 import shutil
 import subprocess
 import sys
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,8 +28,10 @@ def both(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ffi")
     for ext in ("c", "h", "json"):
         shutil.copy(so.with_name(f"probe.{ext}"), tmp)
-    code = "import sys; sys.argv=['b','probe']; import futhark_ffi.build as b; b.main()"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True)
+    # futhark-ffi's own build command (its console script build_futhark_ffi = futhark_ffi.build:main)
+    script = shutil.which("build_futhark_ffi", path=str(Path(sys.executable).parent)) or shutil.which("build_futhark_ffi")
+    cmd = [script, "probe"] if script else [sys.executable, "-c", "import sys; sys.argv=['b','probe']; import futhark_ffi.build as b; b.main()"]
+    proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     sys.path.insert(0, str(tmp))
     from futhark_ffi import Futhark
@@ -57,3 +61,17 @@ def test_where_pybridge_is_stricter(both):
         lib.index_at(np.ones(3, np.float32), 5)
     with pytest.raises(ValueError):  # futhark-ffi raises a bare ValueError with the same text
         fut.index_at(np.ones(3, np.float32), 5)
+
+
+def test_futhark_ffi_converts_wrong_array_dtypes_silently(both):
+    """What README's comparison says: futhark-ffi converts an array of the wrong dtype with NumPy's
+    astype (values truncated, wrapped or overflowed to inf, no error), where pybridge refuses it."""
+    fut, lib = both
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's overflow warning is all there is
+        assert fut.sum(np.array([1.5, 2.25, 1e40])) == np.float32(np.inf)  # f64 -> f32 by astype
+    assert fut.sum(np.array([1.5, 2.25], np.float64)) == 3.75
+    with pytest.raises(TypeError, match="parameter 'xs'.*float32.*float64"):
+        lib.sum(np.array([1.5, 2.25]))
+    with pytest.raises(OverflowError):  # scalars: cffi's own check, without the parameter's name
+        fut.trivial(2**40)
