@@ -237,8 +237,8 @@ def cmd_cache(ns: argparse.Namespace) -> int:
 
     try:
         bound = cache.max_bytes()
-    except cache.CacheSettingError as e:
-        raise UsageError(str(e)) from None
+    except cache.CacheSettingError as bad:
+        raise UsageError(str(bad)) from None
     root = paths.cache_dir()
     if ns.action == "clear":
         removed, kept = cache.clear(older_than=ns.older_than)
@@ -252,8 +252,8 @@ def cmd_cache(ns: argparse.Namespace) -> int:
     found = cache.entries()
     if found:
         width = max(len(e.name) for e in found)
-        for e in sorted(found, key=lambda e: e.name):
-            print(f"{e.kind:<8} {e.name:<{width}}  {_human(e.size):>10}  used {_ago(e.last_used)}")
+        for entry in sorted(found, key=lambda x: x.name):
+            print(f"{entry.kind:<8} {entry.name:<{width}}  {_human(entry.size):>10}  used {_ago(entry.last_used)}")
     total = sum(e.size for e in found)
     limit = _human(bound) if bound else "none"
     print(f"{len(found)} entries, {_human(total)} in {root} (bound {limit}: PYBRIDGE_CACHE_MAX_BYTES)")
@@ -282,7 +282,7 @@ def _setup_logging(level: int) -> logging.Handler:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="pybridge", description="Call Futhark programs and CUDA kernels from Python.")
     p.add_argument("--version", action="version", version=f"pybridge {version()}")
-    verbosity = argparse.ArgumentParser(add_help=False)
+    verbosity = _Parser(add_help=False)
     for parser, default in ((p, 0), (verbosity, argparse.SUPPRESS)):
         parser.add_argument("-v", "--verbose", action="store_const", const=1, dest="verbosity", default=default,
                             help="also the DEBUG log (cache hits) and the traceback of an unexpected error")
