@@ -69,3 +69,11 @@ def test_any_file_name_loads_in_api_mode_quietly(tmp_path: Path, cache: Path, mo
     folder = tmp_path / f"dir {name[:3]!r}\n"  # an odd folder too (the path, not only the name)
     folder.mkdir(exist_ok=True)
     _load_quietly(folder / f"{name}.fut", backend, capfd)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file names are bytes")
+def test_a_name_that_is_not_utf8_loads_in_api_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PYBRIDGE_CACHE", str(tmp_path / "cache"))
+    path = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"\xff\xfe-latin1.fut")))  # surrogate-escaped
+    _load_quietly(path, "c", capfd)

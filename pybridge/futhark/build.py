@@ -169,6 +169,8 @@ def _escape_carriage_returns(c_file: Path) -> None:
     data = c_file.read_bytes()
     if b"\r" in data:
         c_file.write_bytes(data.replace(b"\r", b"\\r"))
+
+
 _IMPORT = re.compile(r'^\s*(?:open\s+|local\s+)*import\s+"([^"]+)"', re.MULTILINE)
 
 
@@ -201,7 +203,7 @@ def _digest(src: Path, backend: str, compiler: str) -> str:
     version = _compiler_version(compiler)
     h = hashlib.sha256(f"{backend}\0{version}\0{MARK}\0".encode())
     for f in source_files(src):
-        h.update(os.path.relpath(f, src.parent).encode() + b"\0" + f.read_bytes() + b"\0")
+        h.update(os.fsencode(os.path.relpath(f, src.parent)) + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:12]
 
 
