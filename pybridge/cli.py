@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from . import paths
+from .errors import PybridgeError
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
 
 
-class UsageError(Exception):
+class UsageError(PybridgeError, ValueError):
     """Bad input found after parsing: one line, exit 2."""
 
 
