@@ -158,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="extra nvcc flag, repeatable, e.g. --option=-DBLOCK=128 (.cu only)")
     b.add_argument("-I", "--include", action="append", default=[], metavar="DIR", help="include directory (.cu only)")
     b.set_defaults(func=cmd_build)
+    from .package.commands import add_commands as add_package_commands
+
+    add_package_commands(sub)  # package, stubs
     sub.add_parser("bench", help="benchmarks: overhead, exchange, fusion, bandwidth, matmul, all; scaling (pybridge bench -h)",
                    add_help=False)
     args = list(sys.argv[1:] if argv is None else argv)

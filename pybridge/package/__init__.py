@@ -1,0 +1,171 @@
+"""``pybridge package``: Futhark programs -> one platform-tagged wheel that needs neither Futhark nor a
+C compiler where it is installed.
+
+Per backend the wheel holds each program's library, manifest and source and its API-mode extension
+compiled here (``binding.build_api_module``), plus a generated module (``import NAME``,
+``NAME.load(backend=None)``, the entry points as functions and methods) with its ``.pyi`` stub and
+``py.typed``. The wheel is written by the ``wheel`` package's ``WheelFile`` (RECORD with hashes);
+its metadata require pybridge's run time only (pybridge, numpy, cffi).
+
+    NAME/__init__.py, __init__.pyi, py.typed
+    NAME/_futhark/package.json                       programs and files per backend
+    NAME/_futhark/<backend>/lib<NAME>_<prog>_<backend>.so, .json, .fut
+    NAME/_futhark/<backend>/_pybridge_<NAME>_<prog>_<backend>.<python tag>.so
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import logging
+import os
+import re
+import shutil
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+from .errors import PackageError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BACKENDS = ("c", "multicore")
+SUPPORTED_BACKENDS = ("c", "multicore", "cuda")
+_VERSION = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?\Z")  # PEP 440, public versions
+
+
+def cuda_toolkit() -> tuple[bool, str]:
+    """Whether the cuda backend can be built here: nvcc and the toolkit's cuda.h."""
+    from ..futhark.build import cuda_home
+
+    if shutil.which(os.environ.get("NVCC", "nvcc")) is None:
+        return False, "nvcc not found"
+    if not (cuda_home() / "include" / "cuda.h").is_file():
+        return False, f"no cuda.h in {cuda_home() / 'include'}"
+    return True, ""
+
+
+def wheel_tag() -> str:
+    """This interpreter's tag: the extensions are CPython extensions of its ABI, for this platform."""
+    if sys.implementation.name != "cpython":
+        raise PackageError(f"pybridge package needs CPython (the extensions are CPython's), not {sys.implementation.name}")
+    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    return f"{py}-{py}-{plat}"
+
+
+def _check_args(name: str, version: str, backends: list[str], sources: list[Path]) -> None:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name) or name == "pybridge":
+        raise PackageError(f"name: {name!r} must be a Python module name (letters, digits, _; not a keyword, not pybridge)")
+    if not _VERSION.match(version):
+        raise PackageError(f"version: {version!r} is not a PEP 440 version such as 1.0 or 0.2.1")
+    if not backends:
+        raise PackageError("backends: expected at least one of " + ", ".join(SUPPORTED_BACKENDS))
+    for b in backends:
+        if b not in SUPPORTED_BACKENDS:
+            raise PackageError(f"backends: {b!r} is not one of {', '.join(SUPPORTED_BACKENDS)}")
+    if len(set(backends)) != len(backends):
+        raise PackageError(f"backends: {backends} names one twice")
+    if not sources:
+        raise PackageError("sources: expected at least one .fut program")
+    stems = [s.stem for s in sources]
+    for s in sources:
+        if s.suffix != ".fut" or not s.is_file():
+            raise PackageError(f"sources: {s} is not an existing .fut file")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", s.stem):
+            raise PackageError(f"sources: {s.name}: the program name must be letters, digits and _ (it names files)")
+    if len(set(stems)) != len(stems):
+        raise PackageError(f"sources: two programs share a name: {stems}")
+
+
+def build_package(
+    sources: list[str | os.PathLike[str]],
+    name: str,
+    version: str = "0.1.0",
+    backends: list[str] | None = None,
+    out_dir: str | os.PathLike[str] = "dist",
+    license: str = "UNKNOWN",
+    summary: str | None = None,
+) -> Path:
+    """Compile ``sources`` for ``backends`` (default c and multicore, and cuda where its toolkit is
+    present) and write the wheel into ``out_dir``; return its path."""
+    from ..futhark.binding import build_api_module
+    from ..futhark.build import build_program, cuda_home
+    from ..futhark.cdef import cdef_for
+    from ..futhark.manifest import load_manifest
+    from ..futhark.shims import shims_for
+    from .module import Program, module_source, module_stub
+    from .wheel import write_wheel
+
+    srcs = [Path(s) for s in sources]
+    if backends is None:
+        backends = list(DEFAULT_BACKENDS)
+        ok, why = cuda_toolkit()
+        if ok:
+            backends.append("cuda")
+        else:
+            log.info("cuda left out: %s", why)
+    elif "cuda" in backends:
+        ok, why = cuda_toolkit()
+        if not ok:
+            raise PackageError(f"backends: cuda needs the CUDA toolkit at packaging time: {why}")
+    _check_args(name, version, backends, srcs)
+    tag = wheel_tag()
+    with tempfile.TemporaryDirectory(prefix="pybridge-package-") as tmp:
+        pkg = Path(tmp) / name
+        index: dict[str, dict[str, dict[str, str]]] = {}
+        programs: list[Program] = []
+        for b in backends:
+            folder = pkg / "_futhark" / b
+            folder.mkdir(parents=True)
+            index[b] = {}
+            for src in srcs:
+                built = build_program(src, backend=b)
+                stem = src.stem
+                file = f"{name}_{stem}_{b}"
+                so = folder / f"lib{file}.so"
+                shutil.copyfile(built, so)
+                shutil.copyfile(built.with_name(f"{stem}.json"), folder / f"{file}.json")
+                shutil.copyfile(src, folder / f"{file}.fut")
+                manifest = load_manifest(folder / f"{file}.json")
+                shim_cdef, shim_source = shims_for(manifest)
+                ext = build_api_module(
+                    f"_pybridge_{file}",
+                    cdef_for(manifest),
+                    so,
+                    built.with_name(f"{stem}.h"),
+                    folder,
+                    [str(cuda_home() / "include")] if b == "cuda" else [],
+                    shim_cdef,
+                    shim_source,
+                )
+                index[b][stem] = {"library": so.name, "api_module": ext.name}
+                if b == backends[0]:
+                    programs.append(Program(stem, manifest, src.read_text(errors="replace")))
+        _check_same_interface(programs, backends, pkg)
+        text = summary or f"Futhark program{'s' if len(srcs) > 1 else ''} {', '.join(s.name for s in srcs)}, packaged with pybridge"
+        (pkg / "_futhark" / "package.json").write_text(
+            json.dumps({"format": 1, "name": name, "version": version, "backends": index}, indent=1) + "\n"
+        )
+        (pkg / "__init__.py").write_text(module_source(name, version, text, programs, backends))
+        (pkg / "__init__.pyi").write_text(module_stub(name, version, programs, backends))
+        (pkg / "py.typed").write_text("")
+        return write_wheel(Path(tmp), name, version, tag, Path(out_dir), license=license, summary=text)
+
+
+def _check_same_interface(programs: list["object"], backends: list[str], pkg: Path) -> None:
+    """Every backend's manifest must declare the same entry points and types (the stubs are one)."""
+    from ..futhark.manifest import load_manifest
+
+    for b in backends[1:]:
+        for prog in programs:
+            stem = getattr(prog, "name")
+            other = load_manifest(pkg / "_futhark" / b / f"{pkg.name}_{stem}_{b}.json")
+            first = getattr(prog, "manifest")
+            sig = lambda m: {n: ([i.type for i in e.inputs], [o.type for o in e.outputs]) for n, e in m.entry_points.items()}  # noqa: E731
+            if sig(other) != sig(first):
+                raise PackageError(f"{stem}.fut: the {b} build declares other entry points than the {backends[0]} build")
+
+
+__all__ = ["PackageError", "build_package", "cuda_toolkit", "wheel_tag"]
