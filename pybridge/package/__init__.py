@@ -36,13 +36,14 @@ _VERSION = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?\Z")  # 
 
 
 def cuda_toolkit() -> tuple[bool, str]:
-    """Whether the cuda backend can be built here: nvcc and the toolkit's cuda.h."""
+    """Whether the cuda backend can be built here: nvcc and the toolkit's cuda.h and nvrtc.h."""
     from ..futhark.build import cuda_home
 
     if shutil.which(os.environ.get("NVCC", "nvcc")) is None:
         return False, "nvcc not found"
-    if not (cuda_home() / "include" / "cuda.h").is_file():
-        return False, f"no cuda.h in {cuda_home() / 'include'}"
+    for header in ("cuda.h", "nvrtc.h"):  # Futhark's cuda backend includes both
+        if not (cuda_home() / "include" / header).is_file():
+            return False, f"no {header} in {cuda_home() / 'include'} (set CUDA_HOME to the toolkit)"
     return True, ""
 
 
