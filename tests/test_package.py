@@ -288,3 +288,32 @@ def test_stubs_command_writes_a_checked_pyi(tmp_path: Path) -> None:
     assert "def variant(self) -> Literal['circle', 'rect']" in text
     assert "A running total: a state the caller keeps" in text  # a type's doc comment
     assert main(["stubs", str(tmp_path / "missing.fut")]) == 1
+
+
+def test_package_from_c_generated_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--generated: C that futhark wrote on another machine is compiled here, with no Futhark
+    compiler (the route for a GPU machine with nvcc but no Futhark); the result loads in API mode."""
+    import zipfile
+
+    import pybridge.futhark as pf
+    from pybridge.package import build_package
+
+    gen = tmp_path / "gen" / "c"
+    gen.mkdir(parents=True)
+    _run([str(futhark_compiler()), "c", "--library", "-o", str(gen / "shipdemo"), str(PROGRAM)])
+    monkeypatch.setenv("FUTHARK", str(tmp_path / "no-such-futhark"))
+    wheel = build_package([PROGRAM], "shipgen", "0.1", ["c"], tmp_path / "dist", generated=tmp_path / "gen")
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    folder = tmp_path / "site" / "shipgen" / "_futhark" / "c"
+    (ext,) = folder.glob("_pybridge_shipgen_shipdemo_c*.so")
+    lib = pf.load(folder / "libshipgen_shipdemo_c.so", mode="api", api_module=ext)
+    try:
+        assert lib.row_sums([[1.0, 2.0], [3.0, 4.0]]).numpy().tolist() == [3.0, 7.0]
+    finally:
+        lib.close()
+    # Missing pieces of the generated C are named.
+    (gen / "shipdemo.h").unlink()
+    from pybridge.package import PackageError
+
+    with pytest.raises(PackageError, match="shipdemo.h is missing"):
+        build_package([PROGRAM], "shipgen", "0.1", ["c"], tmp_path / "dist2", generated=tmp_path / "gen")

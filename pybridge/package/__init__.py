@@ -88,9 +88,14 @@ def build_package(
     out_dir: str | os.PathLike[str] = "dist",
     license: str = "UNKNOWN",
     summary: str | None = None,
+    generated: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Compile ``sources`` for ``backends`` (default c and multicore, and cuda where its toolkit is
-    present) and write the wheel into ``out_dir``; return its path."""
+    present) and write the wheel into ``out_dir``; return its path.
+
+    ``generated``: a folder holding ``<backend>/<prog>.c, .h, .json`` that ``futhark <backend>
+    --library`` wrote on another machine; those are compiled here instead of running Futhark (for a
+    machine with the CUDA toolkit but no Futhark compiler)."""
     from ..futhark.binding import build_api_module
     from ..futhark.build import build_program, cuda_home
     from ..futhark.cdef import cdef_for
@@ -122,8 +127,9 @@ def build_package(
             folder.mkdir(parents=True)
             index[b] = {}
             for src in srcs:
-                built = build_program(src, backend=b)
                 stem = src.stem
+                pre = Path(generated) / b / f"{stem}.c" if generated is not None else None
+                built = _compile_generated(pre, b, Path(tmp) / "generated") if pre is not None and pre.is_file() else build_program(src, backend=b)
                 file = f"{name}_{stem}_{b}"
                 so = folder / f"lib{file}.so"
                 shutil.copyfile(built, so)
@@ -153,6 +159,23 @@ def build_package(
         (pkg / "__init__.pyi").write_text(module_stub(name, version, programs, backends))
         (pkg / "py.typed").write_text("")
         return write_wheel(Path(tmp), name, version, tag, Path(out_dir), license=license, summary=text)
+
+
+def _compile_generated(c_file: Path, backend: str, work: Path) -> Path:
+    """``lib<prog>.so`` (with .h and .json beside it) from C that Futhark generated elsewhere."""
+    from ..futhark.build import compile_library
+    from ..futhark.csource import harden_file
+
+    out = work / backend
+    out.mkdir(parents=True, exist_ok=True)
+    for suffix in (".c", ".h", ".json"):
+        f = c_file.with_suffix(suffix)
+        if not f.is_file():
+            raise PackageError(f"generated: {f} is missing (futhark {backend} --library writes .c, .h and .json)")
+        shutil.copyfile(f, out / f.name)
+    harden_file(out / c_file.name)  # idempotent: C that pybridge already hardened is unchanged
+    log.info("compiling %s generated elsewhere", c_file)
+    return compile_library(out / c_file.name, backend, out / f"lib{c_file.stem}.so")
 
 
 def _check_same_interface(programs: list["object"], backends: list[str], pkg: Path) -> None:

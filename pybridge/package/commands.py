@@ -20,6 +20,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--license", default="UNKNOWN", help="the License metadata field, e.g. MIT or 'BSD-3-Clause'")
     p.add_argument("--summary", default=None, help="one-line Summary metadata field")
     p.add_argument("-o", "--output", default="dist", help="folder for the wheel (default dist/)")
+    p.add_argument("--generated", default=None, metavar="DIR",
+                   help="compile DIR/<backend>/<prog>.c (.h, .json), which futhark <backend> --library wrote elsewhere, "
+                        "instead of running Futhark here (e.g. on a machine with nvcc but no Futhark)")
     p.set_defaults(func=cmd_package)
     s = sub.add_parser("stubs", help="write a .pyi of a .fut program's entry points for editors and type checkers")
     s.add_argument("source", metavar="prog.fut")
@@ -40,7 +43,7 @@ def cmd_package(ns: argparse.Namespace) -> int:
     logger.setLevel(logging.INFO)
     backends = [b.strip() for b in ns.backends.split(",") if b.strip()] if ns.backends is not None else None
     try:
-        wheel = build_package(ns.sources, ns.name, ns.version, backends, ns.output, ns.license, ns.summary)
+        wheel = build_package(ns.sources, ns.name, ns.version, backends, ns.output, ns.license, ns.summary, ns.generated)
     except (PackageError, BuildError, ManifestError, FileNotFoundError) as e:
         print(f"pybridge package: {e}", file=sys.stderr)
         return 1
