@@ -11,6 +11,7 @@ import csv
 import io
 import logging
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ USE_SCRIPT = ROOT / "tests" / "package" / "use_shipdemo.py"
 
 pytestmark = [
     pytest.mark.futhark,
+    pytest.mark.slow,
     pytest.mark.skipif(futhark_compiler() is None, reason="Futhark compiler not found: run `make` (it obtains it) or set FUTHARK"),
 ]
 
@@ -215,12 +217,18 @@ def test_prebuilt_module_of_another_library_is_refused(shipped: dict[str, Path],
         assert lib.scale(2.0, [[1.0, 2.0]]).numpy().tolist() == [[2.0, 4.0]]
     finally:
         lib.close()
-    # The right module for the right library: API mode with no compilation.
+    # The right module for the right library: API mode with no compilation; found beside the
+    # library when not named (a library of a package loaded again by path: unpickling, Dask).
     right = pf.load(c_dir / "libshipdemo_shipdemo_c.so", mode="api", api_module=c_ext)
+    again = pf.load(c_dir / "libshipdemo_shipdemo_c.so", mode="api")
     try:
         assert right.mode == "api" and right.square(2.0).variant == "rect"
+        assert again.mode == "api" and again.api_module == c_ext
+        h = pickle.loads(pickle.dumps(right.scale(2.0, [[1.0]])))
+        assert h.numpy().tolist() == [[2.0]] and h.library.api_module == c_ext
     finally:
         right.close()
+        again.close()
 
 
 def test_backend_choice_falls_back_without_gpu_with_one_log_line(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:

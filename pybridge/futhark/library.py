@@ -15,6 +15,7 @@ import sys
 import threading
 import warnings
 import weakref
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -101,7 +102,12 @@ class Library:
         self, so_path: Path, manifest: Manifest, mode: str = "auto", config: Config | None = None, api_module: Path | None = None
     ):
         self.path = Path(so_path).resolve()
-        # A prebuilt API-mode extension (pybridge package): used instead of compiling one.
+        # A prebuilt API-mode extension (pybridge package): used instead of compiling one. Found
+        # beside the library too (_pybridge_<stem>.<ext suffix>), so that a library of a package
+        # loaded again by path (unpickling, Dask workers) still needs no compiler.
+        if api_module is None:
+            beside = self.path.with_name(f"_pybridge_{self.path.stem.removeprefix('lib')}{EXTENSION_SUFFIXES[0]}")
+            api_module = beside if beside.is_file() else None
         self.api_module = Path(api_module) if api_module is not None else None
         self.manifest = manifest
         self.backend = manifest.backend

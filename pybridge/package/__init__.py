@@ -56,7 +56,10 @@ def wheel_tag() -> str:
     return f"{py}-{py}-{plat}"
 
 
-def _check_args(name: str, version: str, backends: list[str], sources: list[Path]) -> None:
+def _check_args(name: str, version: str, backends: list[str], sources: list[Path], license: str, summary: str | None) -> None:
+    for what, text in (("license", license), ("summary", summary or "")):
+        if "\n" in text or "\r" in text:
+            raise PackageError(f"{what}: must be one line (it is a metadata field), got {text!r}")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name) or name == "pybridge":
         raise PackageError(f"name: {name!r} must be a Python module name (letters, digits, _; not a keyword, not pybridge)")
     if not _VERSION.match(version):
@@ -116,7 +119,7 @@ def build_package(
         ok, why = cuda_toolkit()
         if not ok:
             raise PackageError(f"backends: cuda needs the CUDA toolkit at packaging time: {why}")
-    _check_args(name, version, backends, srcs)
+    _check_args(name, version, backends, srcs, license, summary)
     tag = wheel_tag()
     with tempfile.TemporaryDirectory(prefix="pybridge-package-") as tmp:
         pkg = Path(tmp) / name
