@@ -40,6 +40,7 @@ _HANDLE_ATTRS = frozenset(
     "free valid ptr library type_name field field_names to_dict is_tuple shape variant payload store numpy info kind".split()
 )
 
+_LIBRARY_API = frozenset("mode backend types entry_points close sync report clear_caches entry closed path manifest context".split())
 _DOC_TARGET = re.compile(r"\s*(?:entry|type[\^~]?|module\s+type)\s+([A-Za-z_][\w']*)")
 
 
@@ -254,14 +255,25 @@ from pybridge.futhark.handles import ArrayHandle, OpaqueHandle
 
 
 def library_stub(manifest: Manifest, source: str | None = None, origin: str = "a Futhark library") -> str:
-    """The ``.pyi`` for a library loaded with ``pf.load``: handle classes and ``class Library`` (a
-    ``pybridge.futhark.Library`` with the entry points as typed methods)."""
+    """The ``.pyi`` for a library loaded with ``pf.load``: handle classes and ``class Library`` (the
+    library's interface with the entry points as typed methods), for ``typing.cast``."""
     types = PyTypes(manifest, doc_comments(source) if source else {}, frozenset({"Library"}))
-    parts = [STUB_HEADER.format(what="stubs", sources=origin), "import pybridge.futhark.library\n", *types.stub_classes()]
-    methods = [f"    {e.signature(True)}:\n        {_docstring(e.doc, 8)}\n        ..." for e in types.entries() if e.name.isidentifier()]
+    parts = [STUB_HEADER.format(what="stubs", sources=origin), *types.stub_classes()]
+    methods = [
+        f"    {e.signature(True)}:\n        {_docstring(e.doc, 8)}\n        ..."
+        for e in types.entries()
+        if e.name.isidentifier() and e.name not in _LIBRARY_API
+    ]
+    # Not a subclass of pybridge's Library: its __getattr__ (entry points by name) would let any
+    # misspelt name through. The part of its interface a caller uses, then the entry points.
     parts.append(
-        "class Library(pybridge.futhark.library.Library):\n"
-        f"    {_docstring(f'{origin}: its entry points as typed methods. Use: typing.cast(thismodule.Library, pf.load(...)).', 4)}\n"
+        "class Library:\n"
+        f"    {_docstring(f'{origin}: its entry points as typed methods. Use: typing.cast(module.Library, pf.load(...)).', 4)}\n"
+        "    mode: str\n    backend: str\n    types: dict[str, Any]\n    entry_points: dict[str, Any]\n"
+        "    def close(self) -> None: ...\n    def sync(self) -> None: ...\n    def report(self) -> dict[str, Any]: ...\n"
+        "    def clear_caches(self) -> None: ...\n    def entry(self, name: str) -> Any: ...\n"
+        "    def __getitem__(self, name: str) -> Any: ...\n"
+        "    def __enter__(self) -> Library: ...\n    def __exit__(self, *exc: object) -> None: ...\n"
         + "\n".join(methods)
         + "\n"
     )
