@@ -311,6 +311,8 @@ def test_package_from_c_generated_elsewhere(tmp_path: Path, monkeypatch: pytest.
     _run([str(futhark_compiler()), "c", "--library", "-o", str(gen / "shipdemo"), str(PROGRAM)])
     monkeypatch.setenv("FUTHARK", str(tmp_path / "no-such-futhark"))
     wheel = build_package([PROGRAM], "shipgen", "0.1", ["c"], tmp_path / "dist", generated=tmp_path / "gen")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert all(n.startswith(("shipgen/", "shipgen-0.1.dist-info/")) for n in names), names  # nothing of the work folders
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     folder = tmp_path / "site" / "shipgen" / "_futhark" / "c"
     (ext,) = folder.glob("_pybridge_shipgen_shipdemo_c*.so")
@@ -354,3 +356,18 @@ def test_stubs_let_mypy_check_a_library_loaded_with_pf_load(tmp_path: Path) -> N
     errors = [ln for ln in proc.stdout.splitlines() if ": error:" in ln]
     assert [int(e.split(":")[1]) for e in errors] == [9, 10], proc.stdout + proc.stderr
     assert "ndarray[tuple[int]," in errors[0] and '"Library" has no attribute "scael"' in errors[1], proc.stdout
+
+
+def test_manylinux_tag_only_where_auditwheel_agrees(tmp_path: Path) -> None:
+    pytest.importorskip("auditwheel")
+    from wheel.wheelfile import WheelFile
+
+    from pybridge.package import build_package, manylinux_tag
+
+    wheel = build_package([PROGRAM], "shipml", "0.1", ["c"], tmp_path / "dist", manylinux=True)
+    plat = wheel.name.rsplit("-", 1)[1].removesuffix(".whl")
+    assert plat.startswith("manylinux_") and plat.endswith("_x86_64"), wheel.name
+    with WheelFile(wheel) as wf:
+        assert f"Tag: {wheel.name.split('-', 2)[2].removesuffix('.whl')}\n" in wf.read("shipml-0.1.dist-info/WHEEL").decode()
+    assert manylinux_tag(wheel) == plat  # auditwheel agrees with the tag the wheel carries
+    assert [p.name for p in (tmp_path / "dist").iterdir()] == [wheel.name]

@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -92,13 +93,16 @@ def build_package(
     license: str = "UNKNOWN",
     summary: str | None = None,
     generated: str | os.PathLike[str] | None = None,
+    manylinux: bool = False,
 ) -> Path:
     """Compile ``sources`` for ``backends`` (default c and multicore, and cuda where its toolkit is
     present) and write the wheel into ``out_dir``; return its path.
 
     ``generated``: a folder holding ``<backend>/<prog>.c, .h, .json`` that ``futhark <backend>
     --library`` wrote on another machine; those are compiled here instead of running Futhark (for a
-    machine with the CUDA toolkit but no Futhark compiler)."""
+    machine with the CUDA toolkit but no Futhark compiler).
+    ``manylinux``: tag the wheel with the manylinux tag ``auditwheel show`` finds it consistent with
+    (an error where it finds none), instead of ``linux_<arch>``."""
     from ..futhark.binding import build_api_module
     from ..futhark.build import build_program, cuda_home
     from ..futhark.cdef import cdef_for
@@ -122,7 +126,7 @@ def build_package(
     _check_args(name, version, backends, srcs, license, summary)
     tag = wheel_tag()
     with tempfile.TemporaryDirectory(prefix="pybridge-package-") as tmp:
-        pkg = Path(tmp) / name
+        pkg = Path(tmp) / "pkg" / name  # only this goes into the wheel
         index: dict[str, dict[str, dict[str, str]]] = {}
         programs: list[Program] = []
         for b in backends:
@@ -161,7 +165,28 @@ def build_package(
         (pkg / "__init__.py").write_text(module_source(name, version, text, programs, backends))
         (pkg / "__init__.pyi").write_text(module_stub(name, version, programs, backends))
         (pkg / "py.typed").write_text("")
-        return write_wheel(Path(tmp), name, version, tag, Path(out_dir), license=license, summary=text)
+        wheel = write_wheel(pkg, version, tag, Path(tmp) / "wheel", license=license, summary=text)
+        if manylinux:
+            plat = manylinux_tag(wheel)
+            tag = f"{tag.rsplit('-', 1)[0]}-{plat}"
+            wheel = write_wheel(pkg, version, tag, Path(tmp) / "wheel", license=license, summary=text)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        target = Path(out_dir) / wheel.name
+        shutil.move(str(wheel), str(target))
+        return target
+
+
+def manylinux_tag(wheel: Path) -> str:
+    """The platform tag ``auditwheel show`` finds ``wheel`` consistent with, if it is a manylinux
+    (or musllinux) one; PackageError with auditwheel's words otherwise."""
+    proc = subprocess.run([sys.executable, "-m", "auditwheel", "show", str(wheel)], capture_output=True, text=True)
+    if proc.returncode != 0 and "No module named auditwheel" in proc.stderr:
+        raise PackageError("manylinux: needs auditwheel (pip install auditwheel)")
+    text = " ".join(proc.stdout.split())
+    m = re.search(r'consistent with the following platform tag: "((?:many|musl)linux_[0-9a-z_]+)"', text)
+    if m is None:
+        raise PackageError(f"manylinux: auditwheel finds no manylinux tag for this wheel: {text or proc.stderr.strip()}")
+    return m.group(1)
 
 
 def _compile_generated(c_file: Path, backend: str, work: Path) -> Path:

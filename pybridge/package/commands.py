@@ -20,6 +20,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--license", default="UNKNOWN", help="the License metadata field, e.g. MIT or 'BSD-3-Clause'")
     p.add_argument("--summary", default=None, help="one-line Summary metadata field")
     p.add_argument("-o", "--output", default="dist", help="folder for the wheel (default dist/)")
+    p.add_argument("--manylinux", action="store_true",
+                   help="tag the wheel manylinux_X_Y where `auditwheel show` agrees (default: linux_<arch>)")
     p.add_argument("--generated", default=None, metavar="DIR",
                    help="compile DIR/<backend>/<prog>.c (.h, .json), which futhark <backend> --library wrote elsewhere, "
                         "instead of running Futhark here (e.g. on a machine with nvcc but no Futhark)")
@@ -43,7 +45,7 @@ def cmd_package(ns: argparse.Namespace) -> int:
     logger.setLevel(logging.INFO)
     backends = [b.strip() for b in ns.backends.split(",") if b.strip()] if ns.backends is not None else None
     try:
-        wheel = build_package(ns.sources, ns.name, ns.version, backends, ns.output, ns.license, ns.summary, ns.generated)
+        wheel = build_package(ns.sources, ns.name, ns.version, backends, ns.output, ns.license, ns.summary, ns.generated, ns.manylinux)
     except (PackageError, BuildError, ManifestError, FileNotFoundError) as e:
         print(f"pybridge package: {e}", file=sys.stderr)
         return 1

@@ -37,8 +37,8 @@ def metadata(name: str, version: str, license: str, summary: str) -> str:
     return m.as_string()
 
 
-def write_wheel(root: Path, name: str, version: str, tag: str, out_dir: Path, license: str, summary: str) -> Path:
-    """Pack every file under ``root`` (the package folder ``root/name``) into
+def write_wheel(package: Path, version: str, tag: str, out_dir: Path, license: str, summary: str) -> Path:
+    """Pack every file under the folder ``package`` (named as the module) into
     ``out_dir/<name>-<version>-<tag>.whl`` with its .dist-info; an existing wheel of that name is
     replaced atomically."""
     try:
@@ -47,6 +47,7 @@ def write_wheel(root: Path, name: str, version: str, tag: str, out_dir: Path, li
         raise PackageError("pybridge package needs the 'wheel' package: pip install wheel (or pip install 'pybridge[package]')") from None
     import pybridge
 
+    name = package.name
     if "\n" in license or "\n" in summary:
         raise PackageError("license and summary must be one line each")
     dist = re.sub(r"[-_.]+", "_", name)
@@ -58,8 +59,8 @@ def write_wheel(root: Path, name: str, version: str, tag: str, out_dir: Path, li
     wheel_meta = f"Wheel-Version: 1.0\nGenerator: pybridge package {pybridge.__version__}\nRoot-Is-Purelib: false\nTag: {tag}\n"
     try:
         with WheelFile(tmp, "w") as wf:
-            for path in sorted(p for p in root.rglob("*") if p.is_file()):
-                wf.write(str(path), path.relative_to(root).as_posix())
+            for path in sorted(p for p in package.rglob("*") if p.is_file()):
+                wf.write(str(path), path.relative_to(package.parent).as_posix())
             wf.writestr(f"{info}/METADATA", metadata(name, version, license, summary))
             wf.writestr(f"{info}/WHEEL", wheel_meta)
             wf.writestr(f"{info}/top_level.txt", f"{name}\n")
