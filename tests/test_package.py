@@ -371,3 +371,30 @@ def test_manylinux_tag_only_where_auditwheel_agrees(tmp_path: Path) -> None:
         assert f"Tag: {wheel.name.split('-', 2)[2].removesuffix('.whl')}\n" in wf.read("shipml-0.1.dist-info/WHEEL").decode()
     assert manylinux_tag(wheel) == plat  # auditwheel agrees with the tag the wheel carries
     assert [p.name for p in (tmp_path / "dist").iterdir()] == [wheel.name]
+
+
+def test_several_programs_in_one_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import zipfile
+
+    import numpy as np
+
+    from pybridge.package import PackageError, build_package
+
+    extra = ROOT / "tests" / "package" / "shipextra.fut"
+    wheel = build_package([PROGRAM, extra], "shipmulti", "0.1", ["c"], tmp_path / "dist")
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    stub = (tmp_path / "site" / "shipmulti" / "__init__.pyi").read_text()
+    assert stub.count("class F32Array1D(") == 1 and "def dot(xs: F32Array1D" in stub  # one class per type
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    shipmulti = importlib.import_module("shipmulti")
+    assert shipmulti.PROGRAMS == ("shipdemo", "shipextra")
+    with shipmulti.load("c") as lib:
+        assert lib.mode == "api" and set(lib.libraries) == {"shipdemo", "shipextra"}
+        xs = np.arange(4, dtype=np.float32)
+        assert lib.dot(xs, xs) == np.float32(14.0)
+        assert lib.row_sums([[1.0, 2.0]]).numpy().tolist() == [3.0]
+    clash = tmp_path / "clash.fut"
+    clash.write_text("entry dot (x: f32) : f32 = x\n")
+    with pytest.raises(PackageError, match="entry point 'dot' is in both shipextra.fut and clash.fut"):
+        build_package([PROGRAM, extra, clash], "shipclash", "0.1", ["c"], tmp_path / "dist2")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..futhark.manifest import Manifest
+from ..futhark.names import python_names
 from ..futhark.stubs import STUB_HEADER, Entry, PyTypes, _docstring, doc_comments
 from .errors import PackageError
 
@@ -29,8 +30,9 @@ def _plan(programs: list[Program]) -> tuple[list[PyTypes], list[tuple[str, Entry
     all_types: list[PyTypes] = []
     entries: list[tuple[str, Entry]] = []
     seen: dict[str, str] = {}
+    entry_names = frozenset(n for prog in programs for n in python_names(list(prog.manifest.entry_points)))
     for prog in programs:
-        types = PyTypes(prog.manifest, doc_comments(prog.source), MODULE_NAMES, shared)
+        types = PyTypes(prog.manifest, doc_comments(prog.source), MODULE_NAMES | entry_names, shared)
         shared.update(types.classes)
         all_types.append(types)
         for e in types.entries():
