@@ -204,7 +204,8 @@ def bind_prebuilt(path: str | os.PathLike[str], key: str) -> tuple[Any, Any]:
             except Exception as e:  # wrong interpreter ABI, missing library, not a cffi module
                 sys.modules.pop(name, None)
                 raise PrebuiltModuleError(f"cannot import prebuilt API module {p.name}: {e}") from None
-    ffi, lib = getattr(module, "ffi", None), getattr(module, "lib", None)
+    ffi: Any = getattr(module, "ffi", None)
+    lib: Any = getattr(module, "lib", None)
     try:
         got = ffi.string(getattr(lib, KEY_FUNCTION)()).decode()
     except Exception:

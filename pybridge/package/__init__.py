@@ -26,8 +26,12 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import PackageError
+
+if TYPE_CHECKING:
+    from .module import Program
 
 log = logging.getLogger(__name__)
 
@@ -206,18 +210,18 @@ def _compile_generated(c_file: Path, backend: str, work: Path) -> Path:
     return compile_library(out / c_file.name, backend, out / f"lib{c_file.stem}.so")
 
 
-def _check_same_interface(programs: list["object"], backends: list[str], pkg: Path) -> None:
-    """Every backend's manifest must declare the same entry points and types (the stubs are one)."""
-    from ..futhark.manifest import load_manifest
+def _check_same_interface(programs: "list[Program]", backends: list[str], pkg: Path) -> None:
+    """Every backend's manifest must declare the same entry points (the module and stub are one)."""
+    from ..futhark.manifest import Manifest, load_manifest
+
+    def signature(m: Manifest) -> dict[str, tuple[list[str], list[str]]]:
+        return {n: ([i.type for i in e.inputs], [o.type for o in e.outputs]) for n, e in m.entry_points.items()}
 
     for b in backends[1:]:
         for prog in programs:
-            stem = getattr(prog, "name")
-            other = load_manifest(pkg / "_futhark" / b / f"{pkg.name}_{stem}_{b}.json")
-            first = getattr(prog, "manifest")
-            sig = lambda m: {n: ([i.type for i in e.inputs], [o.type for o in e.outputs]) for n, e in m.entry_points.items()}  # noqa: E731
-            if sig(other) != sig(first):
-                raise PackageError(f"{stem}.fut: the {b} build declares other entry points than the {backends[0]} build")
+            other = load_manifest(pkg / "_futhark" / b / f"{pkg.name}_{prog.name}_{b}.json")
+            if signature(other) != signature(prog.manifest):
+                raise PackageError(f"{prog.name}.fut: the {b} build declares other entry points than the {backends[0]} build")
 
 
 __all__ = ["PackageError", "build_package", "cuda_toolkit", "wheel_tag"]
