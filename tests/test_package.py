@@ -398,3 +398,14 @@ def test_several_programs_in_one_module(tmp_path: Path, monkeypatch: pytest.Monk
     clash.write_text("entry dot (x: f32) : f32 = x\n")
     with pytest.raises(PackageError, match="entry point 'dot' is in both shipextra.fut and clash.fut"):
         build_package([PROGRAM, extra, clash], "shipclash", "0.1", ["c"], tmp_path / "dist2")
+
+
+def test_extension_compile_failure_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pybridge.futhark.build import build_program
+    from pybridge.package import PackageError, build_package
+
+    build_program(PROGRAM, backend="c")  # cached: only the extension's compilation meets the broken compiler
+    monkeypatch.setenv("CC", "false")
+    with pytest.raises(PackageError, match=r"shipdemo.fut \(c\): cannot compile the fast-mode \(API\) extension"):
+        build_package([PROGRAM], "shipbroken", "0.1", ["c"], tmp_path / "dist")
+    assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())

@@ -148,16 +148,19 @@ def build_package(
                 shutil.copyfile(src, folder / f"{file}.fut")
                 manifest = load_manifest(folder / f"{file}.json")
                 shim_cdef, shim_source = shims_for(manifest)
-                ext = build_api_module(
-                    f"_pybridge_{file}",
-                    cdef_for(manifest),
-                    so,
-                    built.with_name(f"{stem}.h"),
-                    folder,
-                    [str(cuda_home() / "include")] if b == "cuda" else [],
-                    shim_cdef,
-                    shim_source,
-                )
+                try:
+                    ext = build_api_module(
+                        f"_pybridge_{file}",
+                        cdef_for(manifest),
+                        so,
+                        built.with_name(f"{stem}.h"),
+                        folder,
+                        [str(cuda_home() / "include")] if b == "cuda" else [],
+                        shim_cdef,
+                        shim_source,
+                    )
+                except Exception as e:  # cffi / setuptools: no C compiler, compile or link error
+                    raise PackageError(f"{stem}.fut ({b}): cannot compile the fast-mode (API) extension: {type(e).__name__}: {e}") from e
                 index[b][stem] = {"library": so.name, "api_module": ext.name}
                 if b == backends[0]:
                     programs.append(Program(stem, manifest, src.read_text(errors="replace")))
