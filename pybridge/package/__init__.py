@@ -112,7 +112,7 @@ def build_package(
     from ..futhark.cdef import cdef_for
     from ..futhark.manifest import load_manifest
     from ..futhark.shims import shims_for
-    from .module import Program, module_source, module_stub
+    from .module import Program, module_source, module_stub, plan
     from .wheel import write_wheel
 
     srcs = [Path(s) for s in sources]
@@ -164,6 +164,8 @@ def build_package(
                 index[b][stem] = {"library": so.name, "api_module": ext.name}
                 if b == backends[0]:
                     programs.append(Program(stem, manifest, src.read_text(errors="replace")))
+            if b == backends[0]:
+                plan(programs)  # clashing entry points: said before the other backends compile
         _check_same_interface(programs, backends, pkg)
         text = summary or f"Futhark program{'s' if len(srcs) > 1 else ''} {', '.join(s.name for s in srcs)}, packaged with pybridge"
         (pkg / "_futhark" / "package.json").write_text(

@@ -25,7 +25,7 @@ class Program:
     source: str
 
 
-def _plan(programs: list[Program]) -> tuple[list[PyTypes], list[tuple[str, Entry]]]:
+def plan(programs: list[Program]) -> tuple[list[PyTypes], list[tuple[str, Entry]]]:
     shared: dict[str, str] = {}
     all_types: list[PyTypes] = []
     entries: list[tuple[str, Entry]] = []
@@ -49,7 +49,7 @@ def _usable(e: Entry, taken: frozenset[str]) -> bool:
 
 def module_source(name: str, version: str, summary: str, programs: list[Program], backends: list[str]) -> str:
     """``NAME/__init__.py``."""
-    types, entries = _plan(programs)
+    types, entries = plan(programs)
     names = [e.name for _, e in entries]
     doc = _docstring(
         f"{name} {version}: {summary}\n\nEntry points (module functions, on the best backend present, and methods of "
@@ -142,7 +142,7 @@ def module_source(name: str, version: str, summary: str, programs: list[Program]
 
 def module_stub(name: str, version: str, programs: list[Program], backends: list[str]) -> str:
     """``NAME/__init__.pyi``."""
-    types, entries = _plan(programs)
+    types, entries = plan(programs)
     lit = f"Literal[{', '.join(repr(b) for b in backends)}]"
     parts = [STUB_HEADER.format(what="package", sources=", ".join(f"{p.name}.fut" for p in programs)), "import pybridge.futhark.library\n"]
     parts.append(f"__version__: str\nBACKENDS: tuple[str, ...]\nPROGRAMS: tuple[str, ...]\n")
