@@ -409,3 +409,48 @@ def test_extension_compile_failure_is_a_clear_error(tmp_path: Path, monkeypatch:
     with pytest.raises(PackageError, match=r"shipdemo.fut \(c\): cannot compile the fast-mode \(API\) extension"):
         build_package([PROGRAM], "shipbroken", "0.1", ["c"], tmp_path / "dist")
     assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
+
+
+def test_stubs_of_every_reference_manifest_pass_mypy_strict(tmp_path: Path) -> None:
+    """Tuples, arrays of records, sums, every primitive, ranks 1-3, manifests of 0.25 and 0.26:
+    the generated .pyi is valid and clean under mypy --strict."""
+    pytest.importorskip("mypy")
+    from pybridge.futhark.manifest import load_manifest
+    from pybridge.futhark.stubs import library_stub
+
+    manifests = sorted((ROOT / "tests" / "reference").glob("*.json"))
+    assert len(manifests) >= 5
+    for m in manifests:
+        program = m.name.split(".")[0]
+        text = library_stub(load_manifest(m), (m.parent / f"{program}.fut").read_text(), f"{program}.fut")
+        (tmp_path / f"{m.stem.replace('.', '_')}.pyi").write_text(text)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--cache-dir", str(tmp_path / ".mypy"),
+         *sorted(str(p.name) for p in tmp_path.glob("*.pyi"))],
+        cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "MYPYPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    types_stub = (tmp_path / "types_c.pyi").read_text()
+    assert "def pair_in(self, p: Tuple_f32_i32 | tuple[float | np.floating[Any], int | np.integer[Any]]) -> np.float32" in types_stub
+    assert "-> tuple[np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.float16, np.float32, np.float64, np.bool_]" in types_stub
+    assert "class PointArray1D(OpaqueHandle)" in types_stub and "def sum_points(self, ps: PointArray1D) -> Point" in types_stub
+
+
+def test_doc_comments() -> None:
+    from pybridge.futhark.stubs import doc_comments
+
+    src = (
+        "-- not a doc\n"
+        "-- | First line.\n"
+        "-- second line\n"
+        "entry f (x: i32) : i32 = x\n"
+        "\n"
+        "-- | Dropped: a blank line follows.\n"
+        "\n"
+        "entry g (x: i32) : i32 = x\n"
+        "-- | A type.\n"
+        "type^ t = i32\n"
+        "-- | Primes too.\n"
+        "entry h' (x: i32) : i32 = x\n"
+    )
+    assert doc_comments(src) == {"f": "First line.\nsecond line", "t": "A type.", "h'": "Primes too."}
