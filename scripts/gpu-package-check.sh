@@ -7,7 +7,9 @@
 #                                           # with --generated, then use the wheel with no cc/futhark
 #
 # The GPU machine needs the CUDA toolkit (nvcc, cuda.h, nvrtc.h; CUDA_HOME if not /usr/local/cuda),
-# numpy, cffi, setuptools and wheel for its Python. Futhark is not needed there.
+# a C compiler, numpy and cffi (.gpu-wheels/install.sh). `generate` also downloads the wheels of
+# `wheel` (the wheel writer) and `setuptools` (cffi's compiler driver) into $OUT/wheels, which `test`
+# installs into /tmp/package-site: the GPU machine cannot download. Futhark is not needed there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${PYBRIDGE_PACKAGE_GENERATED:-build/package-gpu}
@@ -20,9 +22,14 @@ case "${1:-}" in
       mkdir -p "$OUT/$b"
       "$FUTHARK" "$b" --library -o "$OUT/$b/shipdemo" tests/package/shipdemo.fut
     done
-    echo "wrote $OUT/{c,multicore,cuda}/shipdemo.{c,h,json}; carry $OUT to the GPU machine"
+    "$PYTHON" -m pip download -q --no-deps --only-binary=:all: -d "$OUT/wheels" wheel setuptools
+    echo "wrote $OUT/{c,multicore,cuda}/shipdemo.{c,h,json} and $OUT/wheels; carry $OUT to the GPU machine"
     ;;
   test)
+    if ls "$OUT"/wheels/*.whl >/dev/null 2>&1; then
+      "$PYTHON" -m pip install -q --no-index --no-deps --target /tmp/package-site "$OUT"/wheels/*.whl
+      export PYTHONPATH=/tmp/package-site${PYTHONPATH:+:$PYTHONPATH}
+    fi
     PYBRIDGE_PACKAGE_GENERATED=$OUT "$PYTHON" -m pytest -rs -q tests/gpu/test_package_cuda.py
     ;;
   *)

@@ -47,6 +47,12 @@ def unpacked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
+def _pythonpath(site: Path) -> str:
+    """The unpacked wheel, this checkout's pybridge, and whatever PYTHONPATH holds (on the GPU
+    machine: cffi from .gpu-wheels, wheel and setuptools from the script)."""
+    return os.pathsep.join([str(site), str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+
+
 def _run_script(site: Path, expect: str, extra_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     work = site.parent / "elsewhere"
     work.mkdir(exist_ok=True)
@@ -58,7 +64,7 @@ def _run_script(site: Path, expect: str, extra_env: dict[str, str]) -> subproces
     env = {
         "PATH": str(bare_bin),
         "HOME": str(work),
-        "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
+        "PYTHONPATH": _pythonpath(site),
         "PYBRIDGE_CACHE": str(work / "cache"),
         "SHIPDEMO_EXPECT": expect,
         **{k: v for k, v in os.environ.items() if k.startswith(("LD_LIBRARY_PATH", "CUDA_HOME"))},
@@ -81,7 +87,7 @@ def test_without_gpu_falls_back_to_multicore_with_one_log_line(unpacked: Path) -
         "print(lib.backend, lib.mode)\n"
     )
     work = unpacked.parent
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join([str(unpacked), str(ROOT)]), "HOME": str(work),
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": _pythonpath(unpacked), "HOME": str(work),
            "CUDA_VISIBLE_DEVICES": "", "PYBRIDGE_CACHE": str(work / "cache2")}
     proc = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
