@@ -46,7 +46,9 @@ setup(
     extras_require={
         "cuda": ["pycuda>=2024.1"],
         # futhark-ffi: the baseline that tests/test_futhark_ffi_baseline.py compares against.
-        "test": ["pytest>=7", "hypothesis>=6.80", "futhark-ffi>=0.14", "dask[array]>=2024.12", "distributed>=2024.12"],
+        "test": ["pytest>=7", "hypothesis>=6.80", "futhark-ffi>=0.14", "dask[array]>=2024.12", "distributed>=2024.12",
+                 "wheel>=0.40", "mypy>=1.10", "auditwheel>=6"],  # tests/test_package.py
+        "package": ["wheel>=0.40"],  # pybridge package (writes wheels)
         "dask": ["dask[array]>=2024.12", "distributed>=2024.12"],
         "bench": ["matplotlib>=3.6", "futhark-ffi>=0.14"],
     },

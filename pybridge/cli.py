@@ -289,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="also the DEBUG log (cache hits) and the traceback of an unexpected error")
         parser.add_argument("-q", "--quiet", action="store_const", const=-1, dest="verbosity", default=default,
                             help="only warnings and errors (not what is compiled)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{info,demo,build,cache,bench}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{info,demo,build,cache,package,stubs,bench}")
     sub.add_parser("info", parents=[verbosity], help="what is available: compilers, backends built, GPU, PyCUDA, CuPy").set_defaults(func=cmd_info)
     d = sub.add_parser("demo", parents=[verbosity], help="run every built example on the best backend, check against NumPy")
     d.add_argument("examples", nargs="*", help="example names (default: all demo examples)")
@@ -310,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--older-than", type=_duration, default=None, metavar="AGE",
                    help="clear: only entries unused for AGE (30s, 12h, 7d, 2w; a plain number: days)")
     c.set_defaults(func=cmd_cache)
+    from .package.commands import add_commands as add_package_commands
+
+    add_package_commands(sub, parents=[verbosity])  # package, stubs
     sub.add_parser("bench", help="benchmarks: overhead, exchange, fusion, bandwidth, matmul, all; scaling (pybridge bench -h)",
                    add_help=False)
     return p

@@ -10,6 +10,11 @@ every load):
 Generated modules are cached by a hash of (mode, declarations, library path, cffi version), and
 written under a temporary name then renamed into place, so processes generating the same module at
 once never import a half-written one.
+
+Prebuilt API mode (``pybridge package``): ``build_api_module`` compiles the extension ahead of time
+next to a library it links by file name (``$ORIGIN`` rpath, so the pair can move together), with its
+key — a hash of the declarations and shims — compiled in; ``bind_prebuilt`` imports it with no C
+compiler and refuses one whose key is not the expected one (another program or version).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 
 import cffi
 
+from ..errors import PybridgeError
 from ..paths import cache_dir
 
 _lock = threading.Lock()
@@ -173,3 +179,89 @@ def _compile_api(
         target = out / built.name
         os.replace(built, target)
     return target
+
+
+KEY_FUNCTION = "pybridge_module_key"
+# The address of this library function as the module's linked library has it (checked against the
+# library a caller means: the loader might have found another file of the same name).
+LINKED_FUNCTION = "pybridge_linked_function"
+LINK_PROBE = "futhark_context_config_new"
+
+
+def api_module_key(cdef: str, extra_cdef: str = "", extra_source: str = "") -> str:
+    """What a prebuilt API-mode module must have been built from: a hash of its declarations and
+    shims (not of any path: the module moves with its library)."""
+    return hashlib.sha256(f"api\0{cdef}\0{extra_cdef}\0{extra_source}".encode()).hexdigest()[:32]
+
+
+class PrebuiltModuleError(PybridgeError, ImportError):
+    """A prebuilt API-mode module is missing, cannot be imported, or was built for other declarations."""
+
+
+def build_api_module(
+    name: str,
+    cdef: str,
+    library: Path,
+    header: Path,
+    out_dir: Path,
+    include_dirs: Sequence[str] = (),
+    extra_cdef: str = "",
+    extra_source: str = "",
+) -> Path:
+    """Compile the API-mode extension ``name`` into ``out_dir``, which must already hold ``library``:
+    the extension needs it by file name, found through an ``$ORIGIN`` rpath (no absolute path), and
+    returns its key from ``pybridge_module_key()`` (see ``bind_prebuilt``). The library's file name
+    must be unique among the libraries a process loads this way (the loader matches needed names)."""
+    if library.parent.resolve() != Path(out_dir).resolve():
+        raise ValueError(f"library: {library} must be in out_dir {out_dir}")
+    key = api_module_key(cdef, extra_cdef, extra_source)
+    builder = cffi.FFI()
+    builder.cdef(cdef.replace("typedef unsigned long long CUdeviceptr;", "typedef int... CUdeviceptr;"))
+    builder.cdef(extra_cdef + f"const char *{KEY_FUNCTION}(void);\nvoid *{LINKED_FUNCTION}(void);\n")
+    source = (
+        f'#include "{header.name}"\n{extra_source}\n'
+        f'const char *{KEY_FUNCTION}(void) {{ return "{key}"; }}\n'
+        f"void *{LINKED_FUNCTION}(void) {{ return (void *){LINK_PROBE}; }}\n"
+    )
+    builder.set_source(
+        name,
+        source,
+        include_dirs=[str(header.parent), *include_dirs],
+        library_dirs=[str(out_dir)],
+        libraries=[f":{library.name}"],
+        extra_link_args=["-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags"],
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            built = Path(builder.compile(tmpdir=tmp, verbose=False))
+        target = Path(out_dir) / built.name
+        shutil.copyfile(built, target)
+    return target
+
+
+def bind_prebuilt(path: str | os.PathLike[str], key: str) -> tuple[Any, Any]:
+    """(ffi, lib) of a prebuilt API-mode module (``build_api_module``), refused unless it reports
+    ``key``. Needs no C compiler. Raises PrebuiltModuleError saying why it cannot be used."""
+    p = Path(path)
+    if not p.is_file():
+        raise PrebuiltModuleError(f"prebuilt API module {p} does not exist")
+    name = p.name.split(".", 1)[0]
+    with _lock:
+        module = sys.modules.get(name)
+        if module is None or Path(getattr(module, "__file__", "") or "").resolve() != p.resolve():
+            if module is not None:
+                raise PrebuiltModuleError(f"a module named {name} is already loaded from {module.__file__}, not {p}")
+            try:
+                module = _import_from(p, name)
+            except Exception as e:  # wrong interpreter ABI, missing library, not a cffi module
+                sys.modules.pop(name, None)
+                raise PrebuiltModuleError(f"cannot import prebuilt API module {p.name}: {e}") from None
+    ffi: Any = getattr(module, "ffi", None)
+    lib: Any = getattr(module, "lib", None)
+    try:
+        got = ffi.string(getattr(lib, KEY_FUNCTION)()).decode()
+    except Exception:
+        raise PrebuiltModuleError(f"{p.name} is not a pybridge prebuilt API module (no {KEY_FUNCTION})") from None
+    if got != key:
+        raise PrebuiltModuleError(f"{p.name} was built for other declarations (key {got}, expected {key}): it belongs to another program or version")
+    return ffi, lib

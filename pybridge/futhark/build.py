@@ -65,9 +65,13 @@ def futhark_compiler() -> str | None:
 
 
 def cuda_home() -> Path:
-    """The CUDA toolkit: $CUDA_HOME, else where nvcc is, else /usr/local/cuda."""
+    """The CUDA toolkit: $CUDA_HOME, else where nvcc is (when cuda.h is there: /usr/local/bin/nvcc may
+    be a wrapper script), else /usr/local/cuda."""
+    if os.environ.get("CUDA_HOME"):
+        return Path(os.environ["CUDA_HOME"])
     nvcc = shutil.which(os.environ.get("NVCC", "nvcc"))
-    return Path(os.environ.get("CUDA_HOME") or (Path(nvcc).resolve().parent.parent if nvcc else "/usr/local/cuda"))
+    home = Path(nvcc).resolve().parent.parent if nvcc else None
+    return home if home is not None and (home / "include" / "cuda.h").is_file() else Path("/usr/local/cuda")
 
 
 def _cuda_dirs() -> tuple[list[str], list[str]]:

@@ -17,13 +17,14 @@ import threading
 import time
 import warnings
 import weakref
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 from typing import Any, Iterator
 
 import cffi
 
 from ..paths import find_build_file
-from .binding import bind_abi, bind_api
+from .binding import LINK_PROBE, LINKED_FUNCTION, api_module_key, bind_abi, bind_api, bind_prebuilt
 from .build import cuda_home
 from .cdef import RAW_POINTER_CTYPE, cdef_for
 from .context import Config, Context
@@ -101,8 +102,17 @@ def _gpu_present() -> tuple[bool, str]:
 class Library:
     """A loaded Futhark library with one context. Entry points are attributes: ``lib.saxpy(...)``."""
 
-    def __init__(self, so_path: Path, manifest: Manifest, mode: str = "auto", config: Config | None = None):
+    def __init__(
+        self, so_path: Path, manifest: Manifest, mode: str = "auto", config: Config | None = None, api_module: Path | None = None
+    ):
         self.path = Path(so_path).resolve()
+        # A prebuilt API-mode extension (pybridge package): used instead of compiling one. Found
+        # beside the library too (_pybridge_<stem>.<ext suffix>), so that a library of a package
+        # loaded again by path (unpickling, Dask workers) still needs no compiler.
+        if api_module is None:
+            beside = self.path.with_name(f"_pybridge_{self.path.stem.removeprefix('lib')}{EXTENSION_SUFFIXES[0]}")
+            api_module = beside if beside.is_file() else None
+        self.api_module = Path(api_module) if api_module is not None else None
         self.manifest = manifest
         self.backend = manifest.backend
         self.mode = mode
@@ -174,13 +184,28 @@ class Library:
         return ffi, lib
 
     def _bind_api(self, cdef: str) -> tuple[Any, Any]:
+        shim_cdef, shim_source = shims_for(self.manifest)
+        if self.api_module is not None:
+            ffi, lib = bind_prebuilt(self.api_module, api_module_key(cdef, shim_cdef, shim_source))
+            self._check_linked_library(ffi, lib)
+            return ffi, lib
         header = self.path.with_name(f"{self.path.stem.removeprefix('lib')}.h")
         if not header.exists():
             raise FileNotFoundError(f"API mode needs the header {header} next to the library")
         # The cuda backend's header includes cuda.h and nvrtc.h.
         includes = [str(cuda_home() / "include")] if self.backend == "cuda" else []
-        shim_cdef, shim_source = shims_for(self.manifest)
         return bind_api(cdef, self.path, header, includes, shim_cdef, shim_source)
+
+    def _check_linked_library(self, ffi: Any, lib: Any) -> None:
+        """A prebuilt module calls the library the loader found for it: refuse it unless that is the
+        file at ``self.path`` (same function address as a dlopen of that file)."""
+        try:
+            theirs = int(ffi.cast("uintptr_t", getattr(lib, LINKED_FUNCTION)()))
+            ours = ctypes.cast(getattr(ctypes.CDLL(str(self.path)), LINK_PROBE), ctypes.c_void_p).value
+        except (OSError, AttributeError, ffi.error) as e:
+            raise ManifestError(f"{self.api_module}: cannot check which library it calls: {e}") from None
+        if theirs != ours:
+            raise ManifestError(f"{self.api_module} calls another copy of the library than {self.path}")
 
     def fn(self, name: str) -> Any:
         """The C function ``name``; a clear error if the library does not export it."""
@@ -259,6 +284,7 @@ def load(
     name_or_path: str | os.PathLike[str],
     backend: str | None = None,
     mode: str = "auto",
+    api_module: str | os.PathLike[str] | None = None,
     **config: Any,
 ) -> Library:
     """Load a Futhark library and create its context.
@@ -269,6 +295,9 @@ def load(
     present; else ABI mode with a RuntimeWarning saying why), "api" or "abi".
     ``config``: see ``Config`` (debugging, logging, profiling, tuning, cache_file, num_threads,
     device, unified_memory, platform, nvrtc_options, default_*_size).
+    ``api_module``: a prebuilt API-mode extension for this library (``pybridge package`` ships
+    them), used with no C compiler; one built for other declarations or another copy of the library
+    is refused (with mode "auto": a RuntimeWarning and ABI mode).
     """
     cfg = Config.from_kwargs(**config)
     start = time.perf_counter()
@@ -286,7 +315,7 @@ def load(
     manifest = load_manifest(manifest_path)
     if backend and manifest.backend != backend:
         raise ValueError(f"{so.name} was compiled for the {manifest.backend} backend, not {backend}")
-    lib = Library(so, manifest, mode, cfg)
+    lib = Library(so, manifest, mode, cfg, Path(api_module) if api_module is not None else None)
     log.debug("loaded %s (%s backend, %s mode) in %.3f s", so, lib.backend, lib.mode, time.perf_counter() - start)
     return lib
 
