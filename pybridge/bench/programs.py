@@ -12,6 +12,9 @@ where the file exists; ``-- entry: a b`` names the entry points, default ``main`
   ``entry(*handles)`` followed by ``lib.sync()``, the results freed outside the timed region (a
   consumed input gets a fresh handle before each call, also untimed).
 
+The runs are split into up to five rounds that alternate executable and pybridge, so that both see
+the same machine load. The executable's runtimes are whole microseconds (its own resolution).
+
 The results of both must be equal (exact for integers and bools, 1e-5 relative for floats; the
 executable's binary output is read with ``pybridge.futhark.binformat``); a mismatch is reported and
 counts as a failure. Per (program, dataset): executable and pybridge medians, the difference (µs
@@ -44,6 +47,7 @@ TARGET_ADDED_MEDIAN_US = 2.0  # median over programs, c backend
 TARGET_ADDED_WORST_US = 4.0  # worst entry shape
 TARGET_RATIO_LONG = 1.02  # calls of 1 ms or more
 LONG_US = 1000.0
+ROUNDS = 5  # executable and pybridge alternate, runs split over this many rounds
 
 BENCHMARK = "programs"
 PRIMS = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "f32", "f64", "bool")
@@ -359,8 +363,16 @@ def _pair(futhark: str, prog: Program, ds: Dataset, exe: Path, lib: Any, b: str,
     impl = f"{prog.path.stem} {ds.describe()}"
     try:
         data = dataset_bytes(futhark, prog, ds)
-        exe_us, exe_out = run_executable(exe, ds.entry, data, runs, timeout)
-        py_us, py_out = run_pybridge(lib, ds.entry, read_values(data, ds.describe()), runs)
+        values = read_values(data, ds.describe())
+        exe_us, py_us = [], []
+        # Alternate the two sides in rounds: on a shared or throttling machine both see the same load.
+        rounds = max(1, min(ROUNDS, runs // 5))
+        for k in range(rounds):
+            n = runs // rounds + (1 if k < runs % rounds else 0)
+            got, exe_out = run_executable(exe, ds.entry, data, n, timeout)
+            exe_us += got
+            got, py_out = run_pybridge(lib, ds.entry, values, n)
+            py_us += got
     except (ProgramError, subprocess.SubprocessError, ValueError, TypeError, OSError) as e:
         return skipped(b, impl, f"{type(e).__name__}: {str(e)[:300]}")
     except Exception as e:  # noqa: BLE001 - a Futhark error in one dataset must not stop the others
