@@ -66,3 +66,35 @@ def test_bench_programs_quick_on_two_programs(tmp_path):
     summary = {r["impl"]: r for r in rows if r["benchmark"] == "programs summary (c)"}
     assert summary["pairs"]["size"] == 4 and summary["pairs"]["equal"] is True
     assert summary["added µs, calls < 1 ms: median"]["target"] == programs.TARGET_ADDED_MEDIAN_US
+
+
+@needs_futhark
+def test_prepare_then_prebuilt_runs_without_the_compiler_and_reports_targets(tmp_path, monkeypatch):
+    """The GPU machine's path (--prepare here, --prebuilt there), on c: no Futhark at run time,
+    random inputs from NumPy, results still equal; the report shows issue 23's targets."""
+    prep = tmp_path / "prep"
+    files = [str(PROGRAMS / "mandelbrot.fut"), str(PROGRAMS / "consume.fut")]
+    assert cli.main(["programs", "--prepare", str(prep), "--backend", "c", *files]) == 0
+    assert (prep / "c" / "mandelbrot" / "exe" / "mandelbrot.c").is_file()
+    assert len(list((prep / "c" / "mandelbrot" / "data").glob("*.in"))) == 2  # literal inputs, converted
+    assert not list((prep / "c" / "consume" / "data").glob("*.in"))  # random: drawn at run time
+    monkeypatch.setattr("pybridge.futhark.build.futhark_compiler", lambda: None)
+    out, md = tmp_path / "p.json", tmp_path / "B.md"
+    rc = cli.main(["programs", "--quick", "--runs", "2", "--backend", "c", "--prebuilt", str(prep),
+                   "--json", str(out), "--markdown", str(md)])
+    assert rc == 0
+    rows = json.loads(out.read_text())["rows"]
+    pairs = [r for r in rows if r["benchmark"] == "programs (c)"]
+    assert len(pairs) == 4 and all(r.get("equal") is True for r in pairs), pairs
+    text = md.read_text()
+    assert "Real programs, c: added per call over Futhark's own executable" in text
+    assert "no `pybridge bench programs --backend cuda` rows" in text
+
+
+def test_random_values_follow_futhark_dataset_defaults():
+    rng = np.random.default_rng(1)
+    vals = programs.read_values(programs._random_value("[4][3]f32", rng) + programs._random_value("[1000]i8", rng)
+                                + programs._random_value("bool", rng), "t")
+    assert vals[0].shape == (4, 3) and vals[0].dtype == np.float32 and ((vals[0] >= 0) & (vals[0] < 1)).all()
+    assert vals[1].dtype == np.int8 and vals[1].min() < -100 and vals[1].max() > 100
+    assert isinstance(vals[2], np.bool_)
