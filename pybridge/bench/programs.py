@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import PybridgeError
 from .common import gpu_status, positive_int, row, skipped
 
 HELP = "real programs: pybridge on resident handles vs the Futhark compiler's own executable (futhark <backend>; -r N -t)"
@@ -59,7 +60,7 @@ PRIMS = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "f32", "f6
 _TYPE = re.compile(r"^(\[\d+\])*(" + "|".join(PRIMS) + r")$")
 
 
-class ProgramError(Exception):
+class ProgramError(PybridgeError, RuntimeError):
     """A program or dataset that cannot be benchmarked (reported as a skipped row)."""
 
 
@@ -454,6 +455,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     else [Path(prebuilt) / backend / Path(f).stem for f in files]
                 got = _prebuilt_rows(dirs, backend, runs, quick, timeout)
             else:
+                assert futhark is not None
                 got = _backend_rows(futhark, files, backend, runs, quick, timeout, Path(tmp))
             rows += got + summary_rows(backend, got)
     print(format_table(rows))
