@@ -500,3 +500,13 @@ def division_lib():
 def test_signed_division_matches_futhark_semantics(division_lib, x: int, y: int) -> None:
     got = [int(v) for v in division_lib.div32(np.int32(x), np.int32(y))]
     assert got == list(_futhark_division(x, y, 32))
+
+
+@given(x=st.integers(-2**63, 2**63 - 1) | st.sampled_from([-2**63, -2**63 + 1, 2**63 - 1, 0]),
+       y=st.integers(-2**63, 2**63 - 1).filter(bool) | st.sampled_from([-1, 1, -2**63, 2**63 - 1]))
+@FUZZ
+def test_signed_division_matches_futhark_semantics_64(division_lib, x: int, y: int) -> None:
+    """The guard tests both operands for the quotients (lowest and -1) and swaps the divisor -1 for
+    1 in the remainders: every pair, the trapping one included, gives Futhark's answer."""
+    got = [int(v) for v in division_lib.div64(np.int64(x), np.int64(y))]
+    assert got == list(_futhark_division(x, y, 64))

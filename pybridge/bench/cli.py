@@ -17,14 +17,16 @@ from typing import Any
 from . import report
 
 SUBCOMMANDS = ("overhead", "exchange", "fusion", "bandwidth", "matmul")
-# Run only when asked (not by `all`): scaling starts Dask clusters and needs pybridge[dask].
-EXTRA_SUBCOMMANDS = ("scaling",)
+# Run only when asked (not by `all`): scaling starts Dask clusters and needs pybridge[dask];
+# programs compiles every program twice (executable and library) and takes minutes.
+EXTRA_SUBCOMMANDS = ("scaling", "programs")
 _HELP = {
     "overhead": "per-call host overhead of Futhark calls and CUDA launches vs their floors",
     "exchange": "zero-copy exchange with CuPy / PyTorch / numba vs the copying path",
     "fusion": "the fusion curve: a chain of N elementwise ops",
     "bandwidth": "saxpy / sum / scan bandwidth vs device copy (pybridge.bench.bandwidth)",
     "matmul": "matmul vs cuBLAS (pybridge.bench.matmul)",
+    "programs": "real programs: pybridge vs the Futhark compiler's own executable (pybridge.bench.programs)",
     "scaling": "strong/weak scaling over 1..N Dask workers or GPUs (pybridge.bench.scaling; needs pybridge[dask])",
 }
 
@@ -55,7 +57,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
         if mod is not None:
             mod.add_arguments(sp)
         sp.set_defaults(modules=[name])
-    a = sub.add_parser("all", help="every subcommand above but scaling, in turn (each with its default options)")
+    a = sub.add_parser("all", help="every subcommand above but scaling and programs, in turn (each with its default options)")
     common(a)
     a.set_defaults(modules=list(SUBCOMMANDS))
     r = sub.add_parser("report", help="table / PNG / BENCHMARKS.md from earlier --json files (runs nothing)")
@@ -96,6 +98,7 @@ def main(argv: Sequence[str] | None = None, parser_class: type[argparse.Argument
             msg = f"{type(e).__name__}: {e}"
             print(f"pybridge bench {name} failed: {msg}", file=sys.stderr)
             got = [{"benchmark": name, "impl": "all", "size": None, "median_us": None, "skipped": f"failed: {msg}"}]
+        failed += sum(r.get("equal") is False for r in got)  # results unlike the reference's (programs)
         rows += got
     report.print_table(rows)
     meta = meta or report.machine_meta("pybridge bench " + " ".join(shlex.quote(a) for a in argv))

@@ -178,6 +178,22 @@ def _external(bench: str, text: str) -> Callable[..., tuple[str, bool | None, st
     return check
 
 
+def _summary_target(backend: str, impl: str) -> Callable[..., tuple[str, bool | None, str]]:
+    """Targets of issue 23 judged by ``pybridge bench programs``' summary rows (value, target, met)."""
+
+    def check(rows: list[dict[str, Any]]) -> tuple[str, bool | None, str]:
+        for r in rows:
+            if r["benchmark"] == f"programs summary ({backend})" and r["impl"] == impl and r.get("value") is not None:
+                v, t = float(r["value"]), float(r["target"])
+                unit = " µs" if "µs" in impl else "×"
+                met = v <= t
+                return (f"{v:.3f}{unit} over {r['size']} (program, dataset) pairs", met,
+                        "" if met else f"{v - t:+.3f}{unit}")
+        return f"no `pybridge bench programs --backend {backend}` rows in this run", None, ""
+
+    return check
+
+
 TARGETS: list[Target] = [
     Target(13, "Futhark scalar entry point ≤ 0.8 µs and ≤ half of futhark-ffi (default mode)",
            _ratio_target("futhark-call (", ov.FUT_DEFAULT, "futhark-call (", ov.FUT_FFI, 0.5, absolute=0.8)),
@@ -202,6 +218,16 @@ TARGETS: list[Target] = [
            _external("bandwidth", "see the bandwidth table")),
     Target(14, "matmul f32 (no TF32) at 2048–8192: ≥ 75% of cuBLAS SGEMM of the same run",
            _external("matmul", "see the matmul table")),
+    Target(23, "Real programs, c: added per call over Futhark's own executable ≤ 2 µs (median, calls < 1 ms)",
+           _summary_target("c", "added µs, calls < 1 ms: median")),
+    Target(23, "Real programs, c: added per call ≤ 4 µs for the worst entry shape (calls < 1 ms)",
+           _summary_target("c", "added µs, calls < 1 ms: worst")),
+    Target(23, "Real programs, c: calls of 1 ms or more ≤ 1.02× the executable (worst)",
+           _summary_target("c", "ratio, calls >= 1 ms: worst")),
+    Target(23, "Real programs, cuda: pybridge / executable ≤ 1.02 (median over all pairs)",
+           _summary_target("cuda", "ratio, all pairs: median")),
+    Target(23, "Real programs, cuda: pybridge / executable ≤ 1.2 (worst pair)",
+           _summary_target("cuda", "ratio, all pairs: worst")),
 ]
 
 

@@ -34,20 +34,40 @@ class AliasGroup:
 
 
 def join(handles: Iterable[Any]) -> None:
-    """Record that ``handles`` (pybridge values; None entries ignored) may share memory."""
+    """Record that ``handles`` (pybridge values; None entries ignored) may share memory.
+
+    Runs after every call with non-unique handle results, so it does only what changes: a handle
+    already in the target group is a member of it (``h._aliases is g`` implies ``h in g.members``:
+    only this function sets either, and a live member never leaves a WeakSet), so it is not
+    added again (each WeakSet.add makes a weak reference)."""
     hs = [h for h in handles if h is not None]
     if len(hs) < 2:
         return
-    groups = {id(g): g for h in hs if (g := h._aliases) is not None}
-    target = max(groups.values(), key=lambda g: len(g.members)) if groups else AliasGroup()
-    for g in groups.values():
-        if g is not target:
-            for m in list(g.members):
-                m._aliases = target
-                target.members.add(m)
+    target = None
+    others: list[AliasGroup] = []
     for h in hs:
-        h._aliases = target
-        target.members.add(h)
+        g = h._aliases
+        if g is None or g is target:
+            continue
+        if target is None:
+            target = g
+        elif g not in others:
+            others.append(g)
+    if target is None:
+        target = AliasGroup()
+    elif others:
+        groups = [target, *others]
+        target = max(groups, key=lambda g: len(g.members))
+        for g in groups:
+            if g is not target:
+                for m in list(g.members):
+                    m._aliases = target
+                    target.members.add(m)
+    add = target.members.add
+    for h in hs:
+        if h._aliases is not target:
+            h._aliases = target
+            add(h)
 
 
 def shared_with_live(handle: Any) -> bool:

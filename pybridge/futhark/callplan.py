@@ -120,7 +120,21 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
     shared_ins = [i for i in handles if not info.inputs[i].unique]
     link: list[str] = []
     if shared_outs and len(shared_outs) + len(shared_ins) > 1:
-        link = [f"r = {ret}", f"join([{', '.join([f'a{i}' for i in shared_ins] + [f'r[{k}]' if len(results) > 1 else 'r' for k in shared_outs])}])"]
+        outs_r = [f"r[{k}]" if len(results) > 1 else "r" for k in shared_outs]
+        general = f"join([{', '.join([f'a{i}' for i in shared_ins] + outs_r)}])"
+        link = [f"r = {ret}"]
+        if shared_ins:
+            # The common case, inlined: the handle arguments are already in one group (from an
+            # earlier call) and the results are new, so the results join that group. Else join().
+            same = " and ".join(f"a{i}._aliases is g" for i in shared_ins[1:])
+            link += [f"g = a{shared_ins[0]}._aliases",
+                     f"if g is not None{' and ' + same if same else ''}:",
+                     "    add = g.members.add",
+                     *(f"    {o}._aliases = g; add({o})" for o in outs_r),
+                     "else:",
+                     f"    {general}"]
+        else:
+            link.append(general)
         ret = "r"
     unpack = f"{', '.join(args)}, = args" if n else "pass"
     lines = [

@@ -74,16 +74,28 @@ def split_array_type(type_name: str) -> tuple[int, str]:
     return rank, type_name[2 * rank :]
 
 
+# Exact scalar types the converters take without a detour through ``scalar_to_numpy``: every NumPy
+# integer scalar type (one per C integer type: byte .. ulonglong), and the floats that convert to a
+# Python float exactly. Anything else (subclasses, ndarrays of rank 0, NaN, out-of-range values)
+# still goes through ``scalar_to_numpy``, which applies the rule and raises the precise error.
+_NP_INTS = frozenset(np.dtype(c).type for c in "bBhHiIlLqQ")
+_FLOATS = frozenset({float, np.float64, np.float32, np.float16})
+_EXACT_INT_AS_FLOAT = 2**53  # |int| up to this converts to a float exactly (then rounds once, as NumPy does)
+
+
 def scalar_converter(prim: Primitive, what: str):
     """A fast converter from a Python/NumPy scalar to the value cffi passes for ``prim``.
 
-    Same rule as ``scalar_to_numpy``; precomputed per parameter because it sits on every call."""
+    Same rule as ``scalar_to_numpy`` (same result, same errors); precomputed per parameter because
+    it sits on every call. NumPy scalars (what loaders return) take the fast path too."""
     if prim.is_integer:
         info = np.iinfo(prim.dtype)
         lo, hi = int(info.min), int(info.max)
+        np_ints = _NP_INTS
 
         def conv_int(v: object) -> int:
-            if (type(v) is int or isinstance(v, np.integer)) and not isinstance(v, (bool, np.bool_)):
+            t = type(v)
+            if t is int or t in np_ints:  # bool is neither (type(True) is bool)
                 iv = int(v)  # type: ignore[call-overload]
                 if lo <= iv <= hi:
                     return iv
@@ -94,15 +106,24 @@ def scalar_converter(prim: Primitive, what: str):
         return lambda v: int(scalar_to_numpy(prim, v, what).view(np.uint16))
     if prim.is_float:
         finite_max = float(np.finfo(prim.dtype).max)
+        floats, big = _FLOATS, _EXACT_INT_AS_FLOAT
 
         def conv_float(v: object) -> float:
-            if type(v) is float and -finite_max <= v <= finite_max:  # NaN/inf/too large: checked below
-                return v  # type: ignore[return-value]
+            t = type(v)
+            if t in floats:
+                x = float(v)  # type: ignore[arg-type]
+                if -finite_max <= x <= finite_max:  # NaN/inf/too large: checked below
+                    return x
+            elif t is int and -big <= v <= big:  # type: ignore[operator]
+                return float(v)  # type: ignore[arg-type]
             return float(scalar_to_numpy(prim, v, what))
 
         return conv_float
 
     def conv_bool(v: object) -> bool:
+        t = type(v)
+        if t is bool or t is np.bool_:
+            return bool(v)
         return bool(scalar_to_numpy(prim, v, what))
 
     return conv_bool
