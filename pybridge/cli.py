@@ -66,16 +66,20 @@ def cmd_info(_: argparse.Namespace) -> int:
     rows = [
         ("pybridge", f"{sys.modules['pybridge'].__version__} ({Path(__file__).parent})"),
         ("python", sys.version.split()[0]),
-        ("futhark compiler", f"{fut_v} ({fut})" if fut else "not found: https://futhark-lang.org/releases/ (or FUTHARK=...)"),
+        ("futhark compiler", f"{fut_v} ({fut})" if fut else "not found: run `pybridge install-futhark`, or see https://futhark-lang.org/releases/ (or FUTHARK=...)"),
         ("nvcc", f"{nvcc_v} ({nvcc})" if nvcc else "not found (CUDA toolkit)"),
         ("GPU", _gpu_description()),
         ("PyCUDA", _version_of("pycuda") or "not installed (pip install 'pybridge[cuda]')"),
         ("CuPy", _version_of("cupy") or "not installed"),
         ("PyTorch", _version_of("torch") or "not installed"),
-        ("build dirs", ", ".join(map(str, paths.build_dirs())) or "none (run make)"),
+        ("build dirs", ", ".join(map(str, paths.build_dirs())) or "none"),
     ]
-    for kind, names in built_backends().items():
+    built = built_backends()
+    for kind, names in built.items():
         rows.append((f"built {kind}", ", ".join(names)))
+    if not built:
+        rows.append(("built", "nothing: no compiled libraries here (this pybridge was installed without running `make` "
+                              "first, see README); pf.load('prog.fut') still builds your own programs"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
@@ -140,6 +144,17 @@ def cmd_build(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_install_futhark(_: argparse.Namespace) -> int:
+    from .toolchain import ToolchainError, install_futhark
+
+    try:
+        print(install_futhark())
+    except ToolchainError as e:
+        print(f"pybridge install-futhark: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="pybridge", description="Call Futhark programs and CUDA kernels from Python.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -158,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="extra nvcc flag, repeatable, e.g. --option=-DBLOCK=128 (.cu only)")
     b.add_argument("-I", "--include", action="append", default=[], metavar="DIR", help="include directory (.cu only)")
     b.set_defaults(func=cmd_build)
+    sub.add_parser("install-futhark", help="obtain the Futhark compiler for this user (per-user data folder) unless one is found"
+                   ).set_defaults(func=cmd_install_futhark)
     sub.add_parser("bench", help="benchmarks: overhead, exchange, fusion, bandwidth, matmul, all; scaling (pybridge bench -h)",
                    add_help=False)
     args = list(sys.argv[1:] if argv is None else argv)
