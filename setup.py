@@ -3,7 +3,7 @@
 `make` builds the native artefacts into build/ (build/futhark, build/cuda, build/reference);
 setuptools' own outputs go to build/setuptools, apart from them. build_py clears the package's
 pybridge/_build and copies into it what users need: build/futhark, build/cuda, the probe program of
-build/reference (`pybridge demo` and `pybridge bench` run it), the compiler `make` used
+build/reference (`pybridge demo` and `pybridge bench` run it; with its C), the compiler `make` used
 (futhark-compiler.txt) and scripts/install-futhark.sh (as pybridge/_scripts, for
 `pybridge install-futhark`).
 
@@ -37,6 +37,8 @@ MAKE_BUILD = HERE / "build"  # the Makefile's BUILD
 # *.fut: the program beside its library, for the size names the manifest leaves out (Library.source).
 ARTEFACTS = ("*.so", "*.json", "*.h", "*.fut", "*.cubin", "*.ptx", "*.fatbin")
 SHIPPED_TEST_PROGRAMS = ("probe",)  # of build/reference: pybridge demo and pybridge bench run it
+# its generated C too: `pybridge bench overhead` builds futhark-ffi's module from it for the comparison
+SHIPPED_TEST_ARTEFACTS = ARTEFACTS + ("*.c",)
 RECORDED_COMPILER = "futhark-compiler.txt"  # pybridge.toolchain.RECORDED_COMPILER
 
 
@@ -111,7 +113,7 @@ class build_py_with_artefacts(build_py):
                     self._ship(f, dst / f.relative_to(MAKE_BUILD))
         for prog in SHIPPED_TEST_PROGRAMS:
             for f in MAKE_BUILD.glob(f"reference/*/*{prog}.*"):
-                if f.stem in (prog, f"lib{prog}") and any(f.match(p) for p in ARTEFACTS):
+                if f.stem in (prog, f"lib{prog}") and any(f.match(p) for p in SHIPPED_TEST_ARTEFACTS):
                     self._ship(f, dst / f.relative_to(MAKE_BUILD))
         if (MAKE_BUILD / RECORDED_COMPILER).is_file():
             self._ship(MAKE_BUILD / RECORDED_COMPILER, dst / RECORDED_COMPILER)
