@@ -4,6 +4,7 @@ need it, where the installed package finds the compiler, and what the sdist and 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -64,20 +65,34 @@ def test_every_script_make_runs_goes_through_the_isolated_interpreter() -> None:
     assert re.search(r"^PYTHON_SCRIPT\s*:?=\s*\$\(PYTHON\) -I$", (ROOT / "Makefile").read_text(), re.M)
 
 
-def test_make_scripts_run_on_the_system_python_isolated_and_stdlib_only(tmp_path: Path) -> None:
-    """-I (as make runs them) and -S (no site-packages: the standard library only)."""
+def _interpreters() -> list[str]:
+    """The distribution's python3 and any python3.10-3.13 on PATH (each once)."""
+    found = {os.path.realpath(SYSTEM_PYTHON): SYSTEM_PYTHON}
+    for v in ("3.10", "3.11", "3.12", "3.13"):
+        exe = shutil.which(f"python{v}")
+        if exe and subprocess.run([exe, "-I", "-c", "pass"], capture_output=True).returncode == 0:  # not a dead shim
+            found.setdefault(os.path.realpath(exe), exe)
+    return list(found.values())
+
+
+@pytest.mark.parametrize("python", _interpreters())
+def test_make_scripts_run_isolated_and_stdlib_only(tmp_path: Path, python: str) -> None:
+    """-I (as make runs them) and -S (no site-packages: the standard library only, and no module
+    imported at start-up that would hide a shadowed one)."""
     c = tmp_path / "prog.c"
     c.write_text("static void host_alloc(struct futhark_context* ctx,\n    *mem_out = malloc(size);\n")
-    r = subprocess.run([SYSTEM_PYTHON, "-I", "-S", str(ROOT / "pybridge/futhark/csource.py"), str(c)],
-                       cwd=tmp_path, capture_output=True, text=True, env=_clean_env(tmp_path))
+    csource = str(ROOT / "pybridge/futhark/csource.py")
+    r = subprocess.run([python, "-I", "-S", csource, str(c)], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert f"csource: {c}:" in r.stdout
+    # The control: run as a plain script, its folder's types.py shadows the standard library's.
+    r = subprocess.run([python, "-S", csource, str(c)], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode != 0 and "pybridge/futhark/types.py" in r.stderr
     out = tmp_path / "saxpy.launchers.json"
-    r = subprocess.run([SYSTEM_PYTHON, "-I", "-S", str(ROOT / "pybridge/cuda/launcher_sidecar.py"),
-                        str(ROOT / "kernels_cu/saxpy.cu"), str(out)], cwd=tmp_path, capture_output=True, text=True,
-                       env=_clean_env(tmp_path))
+    r = subprocess.run([python, "-I", "-S", str(ROOT / "pybridge/cuda/launcher_sidecar.py"),
+                        str(ROOT / "kernels_cu/saxpy.cu"), str(out)], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert '"launch_saxpy"' in out.read_text() or "saxpy" in out.read_text()
+    assert json.loads(out.read_text())["source"] == "saxpy.cu"
 
 
 # ---------------------------------------------------------------- hardening cannot be skipped
