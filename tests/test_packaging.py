@@ -86,7 +86,8 @@ def test_make_scripts_run_isolated_and_stdlib_only(tmp_path: Path, python: str) 
     assert r.returncode == 0, r.stderr
     assert f"csource: {c}:" in r.stdout
     # The control: run as a plain script, its folder's types.py shadows the standard library's.
-    r = subprocess.run([python, "-S", csource, str(c)], cwd=tmp_path, capture_output=True, text=True)
+    unsafe = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}  # conftest sets it for children
+    r = subprocess.run([python, "-S", csource, str(c)], cwd=tmp_path, capture_output=True, text=True, env=unsafe)
     assert r.returncode != 0 and "pybridge/futhark/types.py" in r.stderr
     out = tmp_path / "saxpy.launchers.json"
     r = subprocess.run([python, "-I", "-S", str(ROOT / "pybridge/cuda/launcher_sidecar.py"),
