@@ -90,12 +90,14 @@ futhark-libs: $(FUT_LIBS)
 # hardened (csource.py) in a temporary folder and moved into place only when every step succeeded,
 # so a failed or interrupted build never leaves unhardened C that a later `make` would link; the .c
 # goes last. One set of rules per (backend, source folder, output folder); a new csource.py
-# regenerates (and re-hardens) the C. With FUTHARK=/bin/true the carried generated C is compiled as
-# it is (the GPU machine has nvcc but no Futhark).
+# regenerates (and re-hardens) the C. With FUTHARK=/bin/true the carried generated C goes through the
+# same steps (idempotent) and is compiled (the GPU machine has nvcc but no Futhark).
 define FUT_RULES
 $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json &: $(2)/%.fut pybridge/futhark/csource.py
 	@rm -rf $(BUILD)/$(3)/$(1)/.tmp-$$* && mkdir -p $(BUILD)/$(3)/$(1)/.tmp-$$*
 	$$(or $$(FUTHARK),$$(error no Futhark compiler: $$(FUTHARK_MISSING))) $(1) --library -o $(BUILD)/$(3)/$(1)/.tmp-$$*/$$* $$<
+	@[ -f $(BUILD)/$(3)/$(1)/.tmp-$$*/$$*.c ] || cp $(BUILD)/$(3)/$(1)/$$*.c $(BUILD)/$(3)/$(1)/$$*.h $(BUILD)/$(3)/$(1)/$$*.json $(BUILD)/$(3)/$(1)/.tmp-$$*/ \
+	  || { echo "make: '$$(FUTHARK)' wrote no $$*.c and there is no carried $(BUILD)/$(3)/$(1)/$$*.c" >&2; exit 1; }
 	$(if $(filter cuda,$(1)),scripts/futhark_cuda13_compat.sh $$(CUDA_HOME)/include $(BUILD)/$(3)/$(1)/.tmp-$$*/$$*.c)
 	$$(PYTHON_SCRIPT) pybridge/futhark/csource.py $(BUILD)/$(3)/$(1)/.tmp-$$*/$$*.c
 	cp $$< $(BUILD)/$(3)/$(1)/$$*.fut

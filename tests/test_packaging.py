@@ -119,6 +119,31 @@ def test_a_failed_hardening_leaves_no_c_and_the_next_make_hardens(tmp_path: Path
     assert not [p for p in c_dir.iterdir() if p.name.startswith(".tmp-")]
 
 
+@needs_make
+@pytest.mark.futhark
+@pytest.mark.skipif(futhark_compiler() is None, reason="no Futhark compiler (make obtains it)")
+def test_carried_c_is_rebuilt_without_a_compiler(tmp_path: Path) -> None:
+    """FUTHARK=/bin/true (the GPU machine: nvcc, no Futhark) re-hardens and compiles the C carried
+    in build/, and refuses a program that has none."""
+    tree = _copy_tree(tmp_path / "src")
+    env = _clean_env(tmp_path)
+    target = "build/futhark/c/libsaxpy.so"
+    r = subprocess.run([MAKE, f"FUTHARK={futhark_compiler()}", f"PYTHON={SYSTEM_PYTHON}", target], cwd=tree,
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    c_dir = tree / "build" / "futhark" / "c"
+    (c_dir / "libsaxpy.so").unlink()
+    os.utime(tree / "futhark" / "saxpy.fut")  # newer than the carried C: the generation step runs
+    r = subprocess.run([MAKE, "FUTHARK=/bin/true", f"PYTHON={SYSTEM_PYTHON}", target], cwd=tree,
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (c_dir / "saxpy.c").read_text().startswith(MARK) and (c_dir / "libsaxpy.so").is_file()
+    r = subprocess.run([MAKE, "FUTHARK=/bin/true", f"PYTHON={SYSTEM_PYTHON}", "build/futhark/c/libdot.so"], cwd=tree,
+                       capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and "wrote no dot.c and there is no carried" in r.stderr
+    assert not (c_dir / "dot.c").exists()
+
+
 def test_the_built_libraries_were_made_from_hardened_c() -> None:
     built = sorted((ROOT / "build").glob("*/*/*.c"))
     if not built:
