@@ -36,8 +36,11 @@ class ToolchainError(PybridgeError, RuntimeError):
 
 def user_tools_dir() -> Path:
     """The per-user install folder of ``pybridge install-futhark`` (not created here)."""
-    import platformdirs
-
+    try:
+        import platformdirs
+    except ImportError:  # a --no-deps install (the GPU scripts): platformdirs' rule on Linux
+        base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+        return Path(base) / "pybridge" / "tools"
     return platformdirs.user_data_path("pybridge", appauthor=False) / "tools"
 
 
