@@ -356,3 +356,15 @@ def test_no_libraries_fails_the_install_visibly_unless_allowed(tmp_path: Path) -
     assert info.returncode == 0, info.stderr
     assert str(lib) in info.stdout
     assert re.search(r"^built +nothing: no compiled libraries here", info.stdout, re.M), info.stdout
+
+
+def test_per_user_folder_without_platformdirs_follows_its_linux_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --no-deps install (the GPU scripts) may lack platformdirs: the lookup must not raise."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    expected = tmp_path / "data" / "pybridge" / "tools"
+    assert toolchain.user_tools_dir() == expected  # platformdirs' answer
+    monkeypatch.setitem(sys.modules, "platformdirs", None)  # import platformdirs now raises ImportError
+    assert toolchain.user_tools_dir() == expected
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert toolchain.user_tools_dir() == tmp_path / "home" / ".local" / "share" / "pybridge" / "tools"
