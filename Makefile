@@ -4,11 +4,14 @@
 # get them; `make futhark` / `make cuda` alone fail instead.
 
 # The Futhark compiler: $FUTHARK, else `futhark` on PATH, else the project-local install that
-# scripts/install-futhark.sh makes in .tools/ (Debian's package, no system-wide change). Its
-# messages go to .tools/install-futhark.log; a failure is summarised in one line below.
+# scripts/install-futhark.sh makes in .tools/ (Debian's package, no system-wide change). It is looked
+# up (and, the first time, downloaded: the script says what and how big first) only when a target
+# needs it: FUTHARK below expands once, on first use, so `make clean`, `make cuda` and `make info`
+# never download. The script's messages go to the terminal and to .tools/install-futhark.log.
 FUTHARK_LOG := .tools/install-futhark.log
-ifeq ($(origin FUTHARK),undefined)
-FUTHARK := $(shell mkdir -p .tools && scripts/install-futhark.sh 2>$(FUTHARK_LOG))
+FUTHARK_ORIGIN := $(origin FUTHARK)
+ifeq ($(FUTHARK_ORIGIN),undefined)
+FUTHARK = $(eval FUTHARK := $$(shell mkdir -p .tools && scripts/install-futhark.sh --log $(FUTHARK_LOG)))$(FUTHARK)
 FUTHARK_WHY = $(shell grep '^install-futhark:' $(FUTHARK_LOG) 2>/dev/null | grep -v 'releases/\|unpack it' | tail -n1 | cut -c18-)
 endif
 # Backends built by `make`; `make FUTHARK_BACKEND=cuda` (or any one backend) builds only that one.
@@ -21,6 +24,10 @@ CUDA_ARCH       ?= sm_90
 BUILD           ?= build
 CC              ?= cc
 PYTHON          ?= python3
+# Build-time scripts (csource.py, launcher_sidecar.py) are standard-library only and run isolated:
+# -I keeps their own folder off sys.path (pybridge/futhark/types.py would shadow the stdlib's types)
+# and ignores PYTHON* variables and the user's site-packages, with any python3 (3.10-3.13).
+PYTHON_SCRIPT   := $(PYTHON) -I
 # /usr/local/bin/nvcc may be a wrapper, so prefer the toolkit's usual home when it exists.
 CUDA_HOME       ?= $(or $(wildcard /usr/local/cuda),$(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC) 2>/dev/null))))
 
@@ -41,7 +48,7 @@ FUT_LDLIBS_opencl    := -lOpenCL -lm
 FUT_LDLIBS_hip       := -lamdhip64 -lhiprtc -lm
 FUT_CFLAGS_cuda      := -I$(CUDA_HOME)/include
 
-HAVE_FUTHARK := $(if $(FUTHARK),$(shell command -v $(FUTHARK) >/dev/null 2>&1 && echo yes))
+HAVE_FUTHARK = $(if $(FUTHARK),$(shell command -v $(FUTHARK) >/dev/null 2>&1 && echo yes))
 FUTHARK_MISSING = skipped futhark/*.fut and tests/reference/*.fut ($(FUTHARK_BACKENDS)): no Futhark compiler \
 $(if $(FUTHARK),'$(FUTHARK)' )($(or $(FUTHARK_WHY),not found)). \
 Get the official release from https://futhark-lang.org/releases/ and put its bin/ on PATH, or run make FUTHARK=/path/to/futhark.
@@ -65,27 +72,36 @@ Install the CUDA toolkit (https://developer.nvidia.com/cuda-downloads) and put i
 all: futhark-if-available cuda-if-available
 
 # ---- Futhark rules
-.PHONY: futhark-if-available cuda-if-available
-ifeq ($(HAVE_FUTHARK),yes)
-futhark-if-available: futhark
-futhark: $(FUT_LIBS)
-else
+# futhark-if-available / futhark obtain the compiler (expanding FUTHARK) only when they run, then
+# build the libraries in a sub-make that is handed the compiler's path.
+.PHONY: futhark-if-available cuda-if-available futhark-libs
 futhark-if-available:
-	@echo "make: $(FUTHARK_MISSING)"
+	@$(if $(HAVE_FUTHARK),$(MAKE) --no-print-directory futhark-libs FUTHARK='$(FUTHARK)',echo "make: $(FUTHARK_MISSING)")
 futhark:
-	@echo "make: $(FUTHARK_MISSING)" >&2; exit 1
-endif
+	@$(if $(HAVE_FUTHARK),$(MAKE) --no-print-directory futhark-libs FUTHARK='$(FUTHARK)',echo "make: $(FUTHARK_MISSING)" >&2; exit 1)
+# The compiler that built the libraries, recorded for the installed package (setup.py ships it in
+# pybridge/_build, pybridge.futhark.build.futhark_compiler reads it).
+futhark-libs: $(FUT_LIBS)
+	@p=$$(command -v '$(FUTHARK)') && "$$p" --version 2>/dev/null | grep -q '^Futhark' \
+	  && echo "$$(cd "$$(dirname "$$p")" && pwd)/$$(basename "$$p")" > $(BUILD)/futhark-compiler.txt \
+	  || rm -f $(BUILD)/futhark-compiler.txt
 
-# `futhark <backend> --library -o DIR/prog` writes prog.c, prog.h and prog.json; one set of rules
-# per (backend, source folder, output folder); a new csource.py fix regenerates (and re-hardens) the C. With FUTHARK=/bin/true the carried generated C is
-# compiled as it is (the GPU machine has nvcc but no Futhark).
+# `futhark <backend> --library -o DIR/prog` writes prog.c, prog.h and prog.json. They are written and
+# hardened (csource.py) in a temporary folder and moved into place only when every step succeeded,
+# so a failed or interrupted build never leaves unhardened C that a later `make` would link; the .c
+# goes last. One set of rules per (backend, source folder, output folder); a new csource.py
+# regenerates (and re-hardens) the C. With FUTHARK=/bin/true the carried generated C goes through the
+# same steps (idempotent) and is compiled (the GPU machine has nvcc but no Futhark).
 define FUT_RULES
 $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json &: $(2)/%.fut pybridge/futhark/csource.py
-	@mkdir -p $(BUILD)/$(3)/$(1)
-	$$(FUTHARK) $(1) --library -o $(BUILD)/$(3)/$(1)/$$* $$<
-	$(if $(filter cuda,$(1)),scripts/futhark_cuda13_compat.sh $$(CUDA_HOME)/include $(BUILD)/$(3)/$(1)/$$*.c)
-	$$(PYTHON) pybridge/futhark/csource.py $(BUILD)/$(3)/$(1)/$$*.c
+	@rm -rf $(BUILD)/$(3)/$(1)/.tmp-$$* && mkdir -p $(BUILD)/$(3)/$(1)/.tmp-$$*
+	$$(or $$(FUTHARK),$$(error no Futhark compiler: $$(FUTHARK_MISSING))) $(1) --library -o $(BUILD)/$(3)/$(1)/.tmp-$$*/$$* $$<
+	@[ -f $(BUILD)/$(3)/$(1)/.tmp-$$*/$$*.c ] || cp $(BUILD)/$(3)/$(1)/$$*.c $(BUILD)/$(3)/$(1)/$$*.h $(BUILD)/$(3)/$(1)/$$*.json $(BUILD)/$(3)/$(1)/.tmp-$$*/ \
+	  || { echo "make: '$$(FUTHARK)' wrote no $$*.c and there is no carried $(BUILD)/$(3)/$(1)/$$*.c" >&2; exit 1; }
+	$(if $(filter cuda,$(1)),scripts/futhark_cuda13_compat.sh $$(CUDA_HOME)/include $(BUILD)/$(3)/$(1)/.tmp-$$*/$$*.c)
+	$$(PYTHON_SCRIPT) pybridge/futhark/csource.py $(BUILD)/$(3)/$(1)/.tmp-$$*/$$*.c
 	cp $$< $(BUILD)/$(3)/$(1)/$$*.fut
+	@cd $(BUILD)/$(3)/$(1) && mv -f .tmp-$$*/$$*.h .tmp-$$*/$$*.json . && mv -f .tmp-$$*/$$*.c . && rmdir .tmp-$$*
 
 $(BUILD)/$(3)/$(1)/lib%.so: $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h
 	$$(CC) -O3 -fPIC -shared $$(FUT_CFLAGS_$(1)) -o $$@ $$< $$(FUT_LDLIBS_$(1))
@@ -122,14 +138,14 @@ $(CU_DIR)/lib%.so: kernels_cu/%.cu $(CU_HDRS)
 # pybridge/cuda off sys.path.
 $(CU_DIR)/lib%.launchers.json: kernels_cu/%.cu pybridge/cuda/launcher_sidecar.py
 	@mkdir -p $(CU_DIR)
-	$(PYTHON) -I pybridge/cuda/launcher_sidecar.py $< $@
+	$(PYTHON_SCRIPT) pybridge/cuda/launcher_sidecar.py $< $@
 
 # ---- Tests and housekeeping
 test: all
 	$(PYTHON) -m pytest -rs tests
 
 info:
-	@echo "futhark: $(if $(HAVE_FUTHARK),$(shell command -v $(FUTHARK)),missing)  backends: $(FUTHARK_BACKENDS)"
+	@echo "futhark: $(or $(if $(filter undefined,$(FUTHARK_ORIGIN)),$(shell scripts/install-futhark.sh --find-only 2>/dev/null),$(shell command -v $(FUTHARK))),not found (make downloads it when a target needs it))  backends: $(FUTHARK_BACKENDS)"
 	@echo "nvcc:    $(if $(HAVE_NVCC),$(shell command -v $(NVCC)),missing)  arch: $(CUDA_ARCH)"
 	@echo "build:   $(BUILD)"
 

@@ -1,58 +1,145 @@
-"""Packaging. `make` builds the native artefacts into build/; `pip install .` ships them inside the
-package as pybridge/_build so an installed pybridge finds them from any directory."""
+"""Packaging steps that pyproject.toml cannot declare (the metadata is there).
 
+`make` builds the native artefacts into build/ (build/futhark, build/cuda, build/reference);
+setuptools' own outputs go to build/setuptools, apart from them. build_py clears the package's
+pybridge/_build and copies into it what users need: build/futhark, build/cuda, the probe program of
+build/reference (`pybridge demo` and `pybridge bench` run it; with its C), the compiler `make` used
+(futhark-compiler.txt) and scripts/install-futhark.sh (as pybridge/_scripts, for
+`pybridge install-futhark`).
+
+No libraries built (an sdist, or `pip install .` before `make`): `make` runs first, obtaining the
+Futhark compiler into the per-user data folder unless one is found. If still nothing was built the
+install fails saying why; PYBRIDGE_ALLOW_NO_LIBRARIES=1 installs without them (pybridge info then
+says so), PYBRIDGE_NO_MAKE=1 never runs make.
+
+A wheel that carries compiled libraries is tagged py3-none-<platform> (they are plain C/CUDA
+libraries loaded through cffi/ctypes, not CPython extensions, so any Python 3 of that platform).
+"""
+
+from __future__ import annotations
+
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import setup
 from setuptools.command.build_py import build_py
 
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1
+    from wheel.bdist_wheel import bdist_wheel
+
 HERE = Path(__file__).resolve().parent
+MAKE_BUILD = HERE / "build"  # the Makefile's BUILD
 # *.fut: the program beside its library, for the size names the manifest leaves out (Library.source).
 ARTEFACTS = ("*.so", "*.json", "*.h", "*.fut", "*.cubin", "*.ptx", "*.fatbin")
+SHIPPED_TEST_PROGRAMS = ("probe",)  # of build/reference: pybridge demo and pybridge bench run it
+# its generated C too: `pybridge bench overhead` builds futhark-ffi's module from it for the comparison
+SHIPPED_TEST_ARTEFACTS = ARTEFACTS + ("*.c",)
+RECORDED_COMPILER = "futhark-compiler.txt"  # pybridge.toolchain.RECORDED_COMPILER
+
+
+def _libraries(build: Path) -> list[Path]:
+    return sorted(build.glob("futhark/*/lib*.so")) + sorted(build.glob("cuda/*.cubin")) + sorted(build.glob("cuda/lib*.so"))
+
+
+def _user_tools_dir() -> str:
+    import platformdirs  # pybridge.toolchain.user_tools_dir, without importing the package being built
+
+    return str(platformdirs.user_data_path("pybridge", appauthor=False) / "tools")
+
+
+_MAKE_STATE: dict[str, str] = {}
+
+
+def ensure_make_outputs() -> bool:
+    """Run `make` once when no library is built (and PYBRIDGE_NO_MAKE is not set); True if the
+    build tree has libraries afterwards."""
+    if _libraries(MAKE_BUILD) or "ran" in _MAKE_STATE:
+        return bool(_libraries(MAKE_BUILD))
+    _MAKE_STATE["ran"] = ""
+    if os.environ.get("PYBRIDGE_NO_MAKE") == "1" or not (HERE / "Makefile").is_file():
+        return False
+    env = {**os.environ, "PYTHON": sys.executable}
+    env.setdefault("PYBRIDGE_TOOLS", _user_tools_dir())
+    cmd = ["make", f"-j{min(os.cpu_count() or 1, 4)}"]
+    print(f"pybridge: no libraries in {MAKE_BUILD}: running {' '.join(cmd)} (compiler folder: {env['PYBRIDGE_TOOLS']})",
+          file=sys.stderr)
+    try:
+        proc = subprocess.run(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    except FileNotFoundError:
+        _MAKE_STATE["ran"] = "`make` is not installed"
+        return False
+    print(proc.stdout, file=sys.stderr)
+    _MAKE_STATE["ran"] = proc.stdout.strip()[-3000:]
+    if proc.returncode != 0:
+        raise SystemExit(f"pybridge: `make` failed (exit {proc.returncode}):\n{_MAKE_STATE['ran']}")
+    return bool(_libraries(MAKE_BUILD))
 
 
 class build_py_with_artefacts(build_py):
-    """Copy what `make` built for users (build/futhark, build/cuda) into the package; build/reference
-    holds test programs and is never shipped."""
+    """The package plus what `make` built for users, in a freshly cleared pybridge/_build."""
 
-    def run(self):
+    def run(self) -> None:
         super().run()
-        src = HERE / "build"
-        dst = Path(self.build_lib) / "pybridge" / "_build"
-        if not src.is_dir():
-            print("pybridge: no build/ directory; run `make` first to ship compiled libraries")
+        if getattr(self, "editable_mode", False):  # an editable install imports the checkout (its build/)
             return
+        package = Path(self.build_lib) / "pybridge"
+        shutil.rmtree(package / "_build", ignore_errors=True)  # nothing stale from an earlier build
+        shutil.rmtree(package / "_scripts", ignore_errors=True)
+        (package / "_scripts").mkdir(parents=True)
+        shutil.copy2(HERE / "scripts" / "install-futhark.sh", package / "_scripts" / "install-futhark.sh")
+        if not ensure_make_outputs():
+            why = _MAKE_STATE.get("ran") or "PYBRIDGE_NO_MAKE=1"
+            message = (
+                f"pybridge: no compiled libraries in {MAKE_BUILD} (make: {why.splitlines()[-1] if why else 'nothing built'}).\n"
+                "Run `make` first (it obtains the Futhark compiler; see README 'Requirements'), or set "
+                "PYBRIDGE_ALLOW_NO_LIBRARIES=1 to install without them (pybridge.futhark.load('prog.fut') still builds "
+                "programs where a Futhark compiler is found; `pybridge info` will say nothing is built)."
+            )
+            if os.environ.get("PYBRIDGE_ALLOW_NO_LIBRARIES") != "1":
+                raise SystemExit(message)
+            print("WARNING: " + message, file=sys.stderr)
+            return
+        dst = package / "_build"
         for sub in ("futhark", "cuda"):
             for pattern in ARTEFACTS:
-                for f in (src / sub).rglob(pattern) if (src / sub).is_dir() else ():
-                    if "__pycache__" in f.parts or f.name.endswith((".o",)):
+                for f in (MAKE_BUILD / sub).rglob(pattern) if (MAKE_BUILD / sub).is_dir() else ():
+                    if "__pycache__" in f.parts or any(part.startswith(".tmp-") for part in f.parts):
                         continue
-                    target = dst / f.relative_to(src)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(f, target)
+                    self._ship(f, dst / f.relative_to(MAKE_BUILD))
+        for prog in SHIPPED_TEST_PROGRAMS:
+            for f in MAKE_BUILD.glob(f"reference/*/*{prog}.*"):
+                if f.stem in (prog, f"lib{prog}") and any(f.match(p) for p in SHIPPED_TEST_ARTEFACTS):
+                    self._ship(f, dst / f.relative_to(MAKE_BUILD))
+        if (MAKE_BUILD / RECORDED_COMPILER).is_file():
+            self._ship(MAKE_BUILD / RECORDED_COMPILER, dst / RECORDED_COMPILER)
+
+    @staticmethod
+    def _ship(src: Path, target: Path) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+
+
+class bdist_wheel_platform(bdist_wheel):
+    """py3-none-<platform> when the wheel carries compiled libraries, py3-none-any otherwise."""
+
+    def finalize_options(self) -> None:
+        if ensure_make_outputs():  # platlib, not purelib, and root_is_pure False
+            self.distribution.has_ext_modules = lambda: True  # type: ignore[method-assign]
+        super().finalize_options()
+
+    def get_tag(self) -> tuple[str, str, str]:
+        python, abi, plat = super().get_tag()
+        if not self.root_is_pure:
+            return "py3", "none", plat
+        return python, abi, plat
 
 
 setup(
-    name="pybridge",
-    version="0.1.0",
-    description="Call Futhark programs and CUDA C kernels from Python: typed, fast, property-tested",
-    long_description=(HERE / "README.md").read_text() if (HERE / "README.md").exists() else "",
-    long_description_content_type="text/markdown",
-    python_requires=">=3.10",
-    packages=find_packages(include=["pybridge", "pybridge.*"]),
-    package_data={"pybridge": ["py.typed"]},
-    install_requires=["numpy>=1.23", "cffi>=1.15", "filelock>=3.12", "platformdirs>=3.0"],
-    extras_require={
-        "cuda": ["pycuda>=2024.1"],
-        # futhark-ffi: the baseline that tests/test_futhark_ffi_baseline.py compares against.
-        "test": ["pytest>=7", "hypothesis>=6.80", "futhark-ffi>=0.14", "dask[array]>=2024.12", "distributed>=2024.12",
-                 "wheel>=0.40", "mypy>=1.10", "auditwheel>=6"],  # tests/test_package.py
-        "package": ["wheel>=0.40"],  # pybridge package (writes wheels)
-        "dask": ["dask[array]>=2024.12", "distributed>=2024.12"],
-        "bench": ["matplotlib>=3.6", "futhark-ffi>=0.14"],
-    },
-    entry_points={"console_scripts": ["pybridge=pybridge.cli:main"]},
-    cmdclass={"build_py": build_py_with_artefacts},
-    zip_safe=False,
+    cmdclass={"build_py": build_py_with_artefacts, "bdist_wheel": bdist_wheel_platform},
+    options={"build": {"build_base": "build/setuptools"}},
 )

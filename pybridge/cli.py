@@ -111,7 +111,7 @@ def cmd_info(_: argparse.Namespace) -> int:
     rows = [
         ("pybridge", f"{version()} ({Path(__file__).parent})"),
         ("python", sys.version.split()[0]),
-        ("futhark compiler", f"{fut_v} ({fut})" if fut else "not found: https://futhark-lang.org/releases/ (or FUTHARK=...)"),
+        ("futhark compiler", f"{fut_v} ({fut})" if fut else "not found: run `pybridge install-futhark`, or see https://futhark-lang.org/releases/ (or FUTHARK=...)"),
         ("nvcc", f"{nvcc_v} ({nvcc})" if nvcc else "not found (CUDA toolkit)"),
         ("GPU", _gpu_description()),
         ("PyCUDA", _version_of("pycuda") or "not installed (pip install 'pybridge[cuda]')"),
@@ -120,8 +120,12 @@ def cmd_info(_: argparse.Namespace) -> int:
         ("build dirs", ", ".join(map(str, paths.build_dirs())) or "none (run make)"),
         ("cache", f"{paths.cache_dir()} (pybridge cache)"),
     ]
-    for kind, names in built_backends().items():
+    built = built_backends()
+    for kind, names in built.items():
         rows.append((f"built {kind}", ", ".join(names)))
+    if not built:
+        rows.append(("built", "nothing: no compiled libraries here (this pybridge was installed without running `make` "
+                              "first, see README); pf.load('prog.fut') still builds your own programs"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
@@ -201,6 +205,17 @@ def cmd_build(ns: argparse.Namespace) -> int:
         return 1
     print(so)
     print(f"load it with: pybridge.futhark.load({str(so)!r})", file=sys.stderr)
+    return 0
+
+
+def cmd_install_futhark(_: argparse.Namespace) -> int:
+    from .toolchain import ToolchainError, install_futhark
+
+    try:
+        print(install_futhark())
+    except ToolchainError as e:
+        print(f"pybridge install-futhark: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -289,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="also the DEBUG log (cache hits) and the traceback of an unexpected error")
         parser.add_argument("-q", "--quiet", action="store_const", const=-1, dest="verbosity", default=default,
                             help="only warnings and errors (not what is compiled)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{info,demo,build,cache,package,stubs,bench}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{info,demo,build,cache,install-futhark,package,stubs,bench}")
     sub.add_parser("info", parents=[verbosity], help="what is available: compilers, backends built, GPU, PyCUDA, CuPy").set_defaults(func=cmd_info)
     d = sub.add_parser("demo", parents=[verbosity], help="run every built example on the best backend, check against NumPy")
     d.add_argument("examples", nargs="*", help="example names (default: all demo examples)")
@@ -313,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .package.commands import add_commands as add_package_commands
 
     add_package_commands(sub, parents=[verbosity])  # package, stubs
+    sub.add_parser("install-futhark", parents=[verbosity], help="obtain the Futhark compiler for this user (per-user data folder) unless one is found"
+                   ).set_defaults(func=cmd_install_futhark)
     sub.add_parser("bench", help="benchmarks: overhead, exchange, fusion, bandwidth, matmul, all; scaling (pybridge bench -h)",
                    add_help=False)
     return p

@@ -1,8 +1,11 @@
 """Where the artefacts that ``make`` built are found.
 
-``make`` writes into ``build/`` of the checkout; ``pip install .`` copies that tree into the installed
-package as ``pybridge/_build``. Lookup order: ``$PYBRIDGE_BUILD``, the source checkout's ``build/``,
-the installed ``pybridge/_build``, then ``./build`` of the current directory.
+``make`` writes into ``build/`` of the checkout; ``pip install .`` copies what users need of that
+tree (``build/futhark``, ``build/cuda``, the probe program of ``build/reference``, the compiler
+record) into the installed package as ``pybridge/_build``. Lookup order: ``$PYBRIDGE_BUILD``, the
+source checkout's ``build/`` (only when this package is imported from a checkout), the installed
+``pybridge/_build``, then ``./build`` of the current directory (the test programs of
+``build/reference`` when the tests of a checkout run against the installed package).
 """
 
 from __future__ import annotations
@@ -11,6 +14,16 @@ import os
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = _PACKAGE_DIR
+
+
+def source_checkout() -> Path | None:
+    """The checkout this package is imported from (its Makefile and scripts/ beside ``pybridge/``),
+    or None for an installed package (whose parent folder is site-packages)."""
+    root = _PACKAGE_DIR.parent
+    if (root / "Makefile").is_file() and (root / "scripts" / "install-futhark.sh").is_file():
+        return root
+    return None
 
 
 def build_dirs() -> list[Path]:
@@ -19,7 +32,9 @@ def build_dirs() -> list[Path]:
     env = os.environ.get("PYBRIDGE_BUILD")
     if env:
         candidates.extend(Path(p) for p in env.split(os.pathsep) if p)
-    candidates.append(_PACKAGE_DIR.parent / "build")  # running from a clone
+    checkout = source_checkout()
+    if checkout is not None:
+        candidates.append(checkout / "build")  # imported from a clone
     candidates.append(_PACKAGE_DIR / "_build")  # installed with the libraries as package data
     candidates.append(Path.cwd() / "build")
     seen: set[Path] = set()

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Obtain the Futhark compiler for this project, with no system-wide change.
 #
-#   scripts/install-futhark.sh            # prints the path of a usable `futhark` on its last line
+#   scripts/install-futhark.sh [--log FILE] [--find-only]
+#
+# Prints the path of a usable `futhark` on its last line (stdout); messages go to stderr (and are
+# appended to FILE with --log). --find-only looks but never downloads (exit 1 if nothing is found).
+# Before downloading it says what and how big. $PYBRIDGE_TOOLS moves the install folder (`pybridge
+# install-futhark` points it at the per-user data folder).
 #
 # Order: $FUTHARK, then `futhark` on PATH, then the project-local install in .tools/ (made here if
 # missing). The local install takes Debian's `futhark` package and the runtime libraries it links
@@ -17,7 +22,21 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TOOLS=${PYBRIDGE_TOOLS:-$ROOT/.tools}
 WRAPPER=$TOOLS/bin/futhark
 
-say() { echo "install-futhark: $*" >&2; }
+LOG=
+FIND_ONLY=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --log) LOG=$2; shift 2 ;;
+    --find-only) FIND_ONLY=1; shift ;;
+    *) echo "install-futhark: unknown argument '$1' (expected --log FILE or --find-only)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$LOG" ] && : >"$LOG"
+
+say() {
+  echo "install-futhark: $*" >&2
+  [ -z "$LOG" ] || echo "install-futhark: $*" >>"$LOG"
+}
 
 version_of() {  # "0.25.32" from `futhark --version`, or nothing
   "$1" --version 2>/dev/null | sed -n 's/^Futhark \([0-9][0-9.]*\).*/\1/p' | head -n1 | sed 's/\.$//'
@@ -47,6 +66,11 @@ if [ -n "${FUTHARK:-}" ] && [ "${FUTHARK}" != futhark ]; then
 fi
 if exe=$(command -v futhark 2>/dev/null); then accept "$exe"; fi
 [ -x "$WRAPPER" ] && accept "$WRAPPER"
+# The per-user install of `pybridge install-futhark` (platformdirs.user_data_dir("pybridge") on Linux).
+USER_WRAPPER=${XDG_DATA_HOME:-${HOME:-/nonexistent}/.local/share}/pybridge/tools/bin/futhark
+[ -x "$USER_WRAPPER" ] && [ "$USER_WRAPPER" != "$WRAPPER" ] && accept "$USER_WRAPPER"
+
+if [ -n "$FIND_ONLY" ]; then say "no Futhark compiler found (FUTHARK, PATH, $WRAPPER)"; exit 1; fi
 
 release_hint() {
   say "get the official release from https://futhark-lang.org/releases/ (futhark-<version>-linux-x86_64.tar.xz),"
@@ -58,7 +82,8 @@ if [ "$(uname -s)-$(uname -m)" != Linux-x86_64 ] || ! command -v apt-get >/dev/n
   release_hint; exit 1
 fi
 
-say "installing Debian's futhark package ($SUITE) into $TOOLS (no system-wide change)"
+say "no Futhark compiler found: downloading Debian's futhark package ($SUITE) into $TOOLS (no system-wide change)"
+say "downloads: Debian's package index (about 10 MB), then futhark and the libraries it runs with (about 14 MB; 80 MB unpacked)"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/debs"
@@ -66,7 +91,7 @@ echo "deb http://deb.debian.org/debian $SUITE main" >"$work/sources.list"
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 apt_opts=(-o "Dir::Etc::sourcelist=$work/sources.list" -o "Dir::Etc::sourceparts=-"
           -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o "Debug::NoLocking=1"
-          -o "APT::Architecture=amd64" -o "APT::Architectures=amd64")
+          -o "APT::Architecture=amd64" -o "APT::Architectures=amd64" -o "Acquire::Languages=none")
 # Ubuntu hosts lack Debian's archive key: trust the index only there, still over Debian's mirror.
 [ -f "$keyring" ] && apt_opts+=(-o "Dir::Etc::trusted=$keyring") || {
   echo "deb [trusted=yes] http://deb.debian.org/debian $SUITE main" >"$work/sources.list"; }
@@ -75,6 +100,8 @@ apt-get "${apt_opts[@]}" -qq update >"$work/update.log" 2>&1 || { cat "$work/upd
 # futhark plus its runtime libraries and the C library (with its loader) they need.
 pkgs=(futhark libc6 libgcc-s1 libgmp10 libffi8 libnuma1 libtinfo6 zlib1g)
 pkgs+=($(apt-cache "${apt_opts[@]}" depends futhark 2>/dev/null | sed -n 's/^ *Depends: \(libcmark[^ ]*\)$/\1/p'))
+bytes=$(apt-cache "${apt_opts[@]}" show --no-all-versions "${pkgs[@]}" 2>/dev/null | sed -n 's/^Size: //p' | awk '{s += $1} END {print s + 0}')
+say "downloading ${#pkgs[@]} packages, $(awk -v b="$bytes" 'BEGIN {printf "%.1f MB", b / 1e6}'): ${pkgs[*]}"
 (cd "$work/debs" && apt-get "${apt_opts[@]}" -qq download "${pkgs[@]}") >"$work/download.log" 2>&1 \
   || { cat "$work/download.log" >&2; say "apt-get download failed"; release_hint; exit 1; }
 

@@ -3,19 +3,86 @@
 Futhark API tests run on the real compiler's output for the reference programs
 (tests/reference/*.fut), which `make` builds into build/reference/<backend>/ for c and multicore
 (`make futhark FUTHARK_BACKEND=cuda` for cuda, on a GPU machine).
+
+Which pybridge is tested: the README's test command (`.venv/bin/pytest -rs tests`) imports the
+installed package, not ./pybridge (pytest's entry point does not put the checkout on sys.path; the
+tests/ folder it adds holds no package). Then the test-only outputs of the checkout (build/reference)
+are found after the installed package's own pybridge/_build through $PYBRIDGE_BUILD, and child
+Pythons get PYTHONSAFEPATH=1 so that a `python -c` run in the checkout imports the installed package
+too (Python >= 3.11). The header names the pybridge under test and warns when the source tree was
+imported while a non-editable pybridge is installed (`python -m pytest` in the checkout does that;
+the GPU scripts do it on purpose); with PYBRIDGE_TEST_INSTALLED=1 (.ci/run) such a run stops at once.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
+import json
+import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import pybridge
 from pybridge.paths import find_build_file
 
 ROOT = Path(__file__).resolve().parents[1]
+PYBRIDGE_DIR = Path(pybridge.__file__).resolve().parent
+FROM_SOURCE_TREE = PYBRIDGE_DIR == (ROOT / "pybridge").resolve()
+
+
+def _installed_distribution() -> tuple[bool, bool]:
+    """(a pybridge distribution is installed, it is an editable one); the checkout's own
+    pybridge.egg-info (setuptools leaves it there) is not an installation."""
+    for dist in importlib.metadata.distributions(name="pybridge"):
+        if Path(str(dist.locate_file(""))).resolve() == ROOT:
+            continue
+        direct = dist.read_text("direct_url.json")
+        return True, bool(direct and json.loads(direct).get("dir_info", {}).get("editable"))
+    return False, False
+
+
+def pybridge_under_test_problem() -> tuple[str, bool] | None:
+    """(why this run does not test the installed package, whether that stops it), or None."""
+    installed, editable = _installed_distribution()
+    if not FROM_SOURCE_TREE:
+        return None
+    if os.environ.get("PYBRIDGE_TEST_INSTALLED") == "1":
+        return "PYBRIDGE_TEST_INSTALLED=1 but pybridge was imported from the source tree", True
+    if installed and not editable:
+        return "a pybridge is installed (not editable) but the tests imported the source tree instead", False
+    return None
+
+
+if not FROM_SOURCE_TREE:
+    os.environ.setdefault("PYTHONSAFEPATH", "1")
+    if "PYBRIDGE_BUILD" not in os.environ and (ROOT / "build").is_dir():
+        os.environ["PYBRIDGE_BUILD"] = os.pathsep.join([str(PYBRIDGE_DIR / "_build"), str(ROOT / "build")])
+
+
+_PROBLEM = pybridge_under_test_problem()
+_HOW = ("Run the README's test command, `.venv/bin/pytest -rs tests` (pytest's entry point; `python -m pytest` "
+        "puts the checkout first on sys.path).")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _PROBLEM and _PROBLEM[1]:
+        pytest.exit(f"{_PROBLEM[0]} ({PYBRIDGE_DIR}). {_HOW}", returncode=4)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = [f"pybridge under test: {PYBRIDGE_DIR} ({'source tree' if FROM_SOURCE_TREE else 'installed package'})"]
+    if _PROBLEM:
+        lines.append(f"WARNING: {_PROBLEM[0]}. {_HOW}")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _PROBLEM:
+        terminalreporter.write_line(f"WARNING: {_PROBLEM[0]} ({PYBRIDGE_DIR}). {_HOW}", yellow=True)
 
 
 def gpu_available() -> tuple[bool, str]:

@@ -77,14 +77,18 @@ def test_user_program_builds_and_loads_in_one_call(tmp_path, monkeypatch, backen
 
 def test_installed_package_ships_programs_but_no_test_data(tmp_path):
     """What `pip install .` puts in the package (setup.py's build_py): futhark/ programs and CUDA
-    kernels that `make` built, never the test programs of build/reference/ (or any test double)."""
+    kernels that `make` built, of build/reference/ only the probe program (pybridge demo and bench
+    run it; never the other test programs or any test double), and the compiler make used."""
     if not (ROOT / "build" / "futhark" / "c" / "libsaxpy.so").exists():
         pytest.skip("build/futhark/c/libsaxpy.so not built: run `make` (it obtains the Futhark compiler)")
+    pytest.importorskip("setuptools", minversion="64", reason="setup.py needs setuptools >= 64 (pip install '.[test]')")
     lib_dir = tmp_path / "site"
     subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib_dir)],
                    cwd=ROOT, check=True, capture_output=True)
     shipped = lib_dir / "pybridge" / "_build"
-    assert sorted(p.name for p in shipped.iterdir()) <= ["cuda", "futhark"]
+    assert {p.name for p in shipped.iterdir()} <= {"cuda", "futhark", "reference", "futhark-compiler.txt"}
+    shipped_tests = {p.name for p in shipped.glob("reference/*/*")}
+    assert shipped_tests and all(n.split(".")[0] in ("probe", "libprobe") for n in shipped_tests), shipped_tests
     assert {p.name for p in (shipped / "futhark").iterdir()} >= {"c", "multicore"}
     assert (shipped / "futhark" / "c" / "libsaxpy.so").is_file()
     code = (
@@ -99,6 +103,7 @@ def test_installed_package_ships_programs_but_no_test_data(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k != "PYBRIDGE_BUILD"}
     env["PYTHONPATH"] = str(lib_dir)
+    env["PYTHONSAFEPATH"] = "1"
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "NOT FOUND: no built Futhark library named 'types'" in proc.stdout

@@ -905,18 +905,20 @@ def test_without_shared_sizes_the_program_error_surfaces(offbyone: Any) -> None:
         check_against(_saxpy_ref, offbyone.saxpy_ok, source=False, settings=NO_DB)
 
 
-def _reference_dir() -> Path:
+def _reference_dir(name: str = "probe") -> Path:
+    """The build folder holding ``name``'s library (the installed package ships only probe's, the
+    checkout's build/ has every test program's)."""
     from pybridge.paths import find_build_file
 
-    found = find_build_file(REFERENCE_C / "libprobe.so")
+    found = find_build_file(REFERENCE_C / f"lib{name}.so")
     if found is None:
-        pytest.skip(f"{REFERENCE_C}/libprobe.so is not built: run `make` (it obtains the Futhark compiler)")
+        pytest.skip(f"{REFERENCE_C}/lib{name}.so is not built: run `make` (it obtains the Futhark compiler)")
     return found.parent
 
 
 def _reference(name: str) -> Any:
     pf = pytest.importorskip("pybridge.futhark")
-    return pf.load(_reference_dir() / f"{name}.json")
+    return pf.load(_reference_dir(name) / f"{name}.json")
 
 
 @pytest.fixture(scope="module")

@@ -364,10 +364,11 @@ def build_source(
         raise TypeError(f"source: expected CUDA C text or a path, got {type(source).__name__}")
     dirs += [str(Path(d).resolve()) for d in include_dirs]
     sm, compute = normalize_arch(arch if arch is not None else default_arch())
+    checked_options = tuple(_check_options(options))  # bad arguments are named even where nvcc is missing
     nvcc = _nvcc()
     version, toolkit = _nvcc_identity(nvcc)
     env_flags = tuple(f"{v}={os.environ.get(v, '')}" for v in _NVCC_ENV)
-    job = _Job(text, display, name or default_name, path, tuple(dirs), tuple(_check_options(options)),
+    job = _Job(text, display, name or default_name, path, tuple(dirs), checked_options,
                sm, compute, nvcc, version, toolkit, env_flags)
     return _Cache(cache_dir() / "cuda").build(job, rebuild)
 

@@ -183,7 +183,7 @@ def run_demo(names: Sequence[str], size: int | None, *, best_backends: Sequence[
         import pybridge.testing  # noqa: F401 - the comparison every check uses
     except ImportError as e:
         print(f"pybridge demo checks results with pybridge.testing, which needs hypothesis: "
-              f"pip install 'pybridge[test]' [{e}]")
+              f"pip install 'pybridge[testing]' [{e}]")
         return 1
     gpu, why = _gpu_present()
     names = list(names) or list(examples.DEMO_EXAMPLES)

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import cache
+from .. import cache, toolchain
 from ..paths import cache_dir
 from .csource import MARK, harden_file
 from ..errors import PybridgeError
@@ -39,7 +39,7 @@ LINK_FLAGS = {
 }
 
 INSTALL_HINT = (
-    "Run scripts/install-futhark.sh in a pybridge checkout (Debian/Ubuntu x86-64), or get the Futhark compiler from the official release tarball at https://futhark-lang.org/releases/ "
+    "Run `pybridge install-futhark` (Debian/Ubuntu x86-64: installs Debian's package for this user), or get the Futhark compiler from the official release tarball at https://futhark-lang.org/releases/ "
     "(unpack it and put its bin/ on PATH), or set FUTHARK=/path/to/futhark."
 )
 
@@ -51,17 +51,10 @@ class BuildError(PybridgeError, RuntimeError):
     """The Futhark compiler or the C compiler failed; the message holds their output."""
 
 
-# Where scripts/install-futhark.sh puts the compiler in a checkout (or $PYBRIDGE_TOOLS).
-_LOCAL_TOOLS = Path(__file__).resolve().parents[2] / ".tools"
-
-
 def futhark_compiler() -> str | None:
-    """$FUTHARK, else ``futhark`` on PATH, else the project-local install (.tools/bin/futhark)."""
-    exe = os.environ.get("FUTHARK")
-    if exe:
-        return shutil.which(exe) or (exe if Path(exe).is_file() else None)
-    local = Path(os.environ.get("PYBRIDGE_TOOLS") or _LOCAL_TOOLS) / "bin" / "futhark"
-    return shutil.which("futhark") or (str(local) if local.is_file() else None)
+    """$FUTHARK, else ``futhark`` on PATH, else the compiler ``make`` recorded, the checkout's
+    .tools/, the per-user install (:mod:`pybridge.toolchain`)."""
+    return toolchain.futhark_compiler()
 
 
 def cuda_home() -> Path:
