@@ -304,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="also the DEBUG log (cache hits) and the traceback of an unexpected error")
         parser.add_argument("-q", "--quiet", action="store_const", const=-1, dest="verbosity", default=default,
                             help="only warnings and errors (not what is compiled)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{info,demo,build,cache,install-futhark,package,stubs,bench}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{info,demo,build,cache,package,stubs,install-futhark,bench}")
     sub.add_parser("info", parents=[verbosity], help="what is available: compilers, backends built, GPU, PyCUDA, CuPy").set_defaults(func=cmd_info)
     d = sub.add_parser("demo", parents=[verbosity], help="run every built example on the best backend, check against NumPy")
     d.add_argument("examples", nargs="*", help="example names (default: all demo examples)")

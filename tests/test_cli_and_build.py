@@ -163,7 +163,7 @@ def test_version_from_the_metadata_or_the_package():
     (["build"], 2, ["source"]),
     (["cache", "bogus"], 2, ["choose from 'list', 'clear', 'path'"]),
     (["cache", "clear", "--older-than", "soon"], 2, ["--older-than", "30s, 12h, 7d"]),
-    (["nonsense"], 2, ["invalid choice: 'nonsense'", "'info', 'demo', 'build', 'cache', 'bench'"]),
+    (["nonsense"], 2, ["invalid choice: 'nonsense'", "'info', 'demo', 'build', 'cache', 'package', 'stubs', 'install-futhark', 'bench'"]),
     (["bench", "nope"], 2, ["invalid choice: 'nope'", "'overhead'"]),
     (["bench", "report", "{missing}"], 2, ["pybridge bench report", "missing.json"]),
     (["bench", "report", "{txt}"], 2, ["pybridge bench report"]),

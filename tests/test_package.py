@@ -60,7 +60,8 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     src = tmp / "pybridge-src"
     src.mkdir()
     shutil.copytree(ROOT / "pybridge", src / "pybridge", ignore=shutil.ignore_patterns("__pycache__", "_build"))
-    for f in ("setup.py", "pyproject.toml", "README.md"):
+    shutil.copytree(ROOT / "scripts", src / "scripts")
+    for f in ("setup.py", "pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(ROOT / f, src / f)
     # The runtime alone: setup.py neither runs make nor refuses a package without libraries.
     env = dict(os.environ, PYBRIDGE_ALLOW_NO_LIBRARIES="1", PYBRIDGE_NO_MAKE="1")
