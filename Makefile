@@ -84,7 +84,7 @@ $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json &: $(2)/
 	@mkdir -p $(BUILD)/$(3)/$(1)
 	$$(FUTHARK) $(1) --library -o $(BUILD)/$(3)/$(1)/$$* $$<
 	$(if $(filter cuda,$(1)),scripts/futhark_cuda13_compat.sh $$(CUDA_HOME)/include $(BUILD)/$(3)/$(1)/$$*.c)
-	$$(PYTHON) pybridge/futhark/csource.py $(BUILD)/$(3)/$(1)/$$*.c
+	$$(PYTHON) -I pybridge/futhark/csource.py $(BUILD)/$(3)/$(1)/$$*.c
 	cp $$< $(BUILD)/$(3)/$(1)/$$*.fut
 
 $(BUILD)/$(3)/$(1)/lib%.so: $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h
