@@ -260,8 +260,9 @@ def _parse_type(name: str, raw: Mapping[str, Any]) -> TypeInfo:
     if kind != "opaque":
         raise ManifestError(f"{where}: unknown kind {kind!r}")
     record = sum_ = rarr = oarr = None
-    if "free" not in ops:
-        raise ManifestError(f"{where}: ops lack 'free'")
+    missing = {"free", "store", "restore"} - set(ops)  # Futhark gives every opaque type all three
+    if missing:
+        raise ManifestError(f"{where}: ops lack {sorted(missing)}")
     if "record" in raw:
         r = raw["record"]
         record = RecordInfo(_fields(_list(r, "fields", where), where), _opt_cname(r, "new", where))
@@ -342,6 +343,15 @@ def parse_manifest(data: Mapping[str, Any] | str, source: Path | None = None) ->
             data = json.loads(data)
         except json.JSONDecodeError as e:
             raise ManifestError(f"manifest is not valid JSON: {e}") from None
+        except RecursionError:
+            raise ManifestError("manifest is nested too deeply to be one Futhark wrote") from None
+    try:
+        return _parse(data, source)
+    except RecursionError:  # a deeply nested value quoted in a message
+        raise ManifestError("manifest is nested too deeply to be one Futhark wrote") from None
+
+
+def _parse(data: Any, source: Path | None) -> Manifest:
     if not isinstance(data, Mapping):
         raise ManifestError("manifest must be a JSON object")
     raw_types, raw_entries = _req(data, "types", "manifest"), _req(data, "entry_points", "manifest")
