@@ -93,10 +93,10 @@ def check(manifest: Manifest, cdef: str, header: Path) -> None:
         if mine is None:
             continue
         if real is None:
-            raise ManifestError(f"{where}: {_role(manifest, name)} is {name}, which {header.name} does not declare")
+            raise ManifestError(f"{where} does not match {header.name}: {_role(manifest, name)} is {name}, which the header does not declare")
         if (mine.ret, mine.params) != (real.ret, real.params):
             raise ManifestError(
-                f"{where}: {_role(manifest, name)} disagrees with {header.name}: the manifest makes it "
+                f"{where} does not match {header.name}: {_role(manifest, name)} disagrees: the manifest makes it "
                 f"{mine.text(name)}, the header declares {real.text(name)}"
             )
     indexes = {d.params[2]: (name, d) for name, d in truth.items() if name.startswith("futhark_index_") and len(d.params) >= 3}
@@ -108,7 +108,7 @@ def check(manifest: Manifest, cdef: str, header: Path) -> None:
             if known != sorted(known):
                 real = [v.name for _, v in sorted((o, v) for o, v in zip(order, t.sum.variants) if o is not None)]
                 raise ManifestError(
-                    f"{where}: type {t.name!r}: sum variants listed as {[v.name for v in t.sum.variants]}, "
+                    f"{where} does not match {header.name}: type {t.name!r}: sum variants listed as {[v.name for v in t.sum.variants]}, "
                     f"but {header.name} declares them in the order {real} (the variant index follows it)"
                 )
 
@@ -127,7 +127,7 @@ def _check_rank(t: object, indexes: dict[str, tuple[str, Decl]], where: object, 
         real = sum(1 for p in d.params[3:] if p == "int64_t")
         if real != rank:
             raise ManifestError(
-                f"{where}: type {t.name!r}: {what} {rank} in the manifest, but {header.name} indexes "  # type: ignore[attr-defined]
+                f"{where} does not match {header.name}: type {t.name!r}: {what} {rank} in the manifest, but the header indexes "  # type: ignore[attr-defined]
                 f"{struct} with {real} indices ({d.text(name)})"
             )
 
