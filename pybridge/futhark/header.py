@@ -12,6 +12,7 @@ What a declaration cannot show is checked from the header too:
 - the order of a sum type's variants: the variant function returns an index into them, and a wrong
   order makes pybridge destruct the value as another variant (Futhark's ``assert`` aborts). The
   header declares each variant's functions in index order.
+- the fields of a record or an array of records: the header declares one projection per field.
 - the rank of an array or an opaque array: its ``index`` function takes one ``int64_t`` per
   dimension, also when the manifest does not name it (``shape`` returns a bare pointer: a wrong
   rank read past it, and looped over garbage sizes).
@@ -100,8 +101,24 @@ def check(manifest: Manifest, cdef: str, header: Path) -> None:
                 f"{mine.text(name)}, the header declares {real.text(name)}"
             )
     indexes = {d.params[2]: (name, d) for name, d in truth.items() if name.startswith("futhark_index_") and len(d.params) >= 3}
+    projections: dict[str, list[str]] = {}  # struct -> the projections the header declares on it
+    for name, d in truth.items():
+        if name.startswith("futhark_project_") and d.params:
+            projections.setdefault(d.params[-1], []).append(name)
     for t in manifest.types.values():
         _check_rank(t, indexes, where, header)
+        fields = t.record.fields if isinstance(t, OpaqueInfo) and t.record else t.record_array.fields if isinstance(t, OpaqueInfo) and t.record_array else None
+        real = projections.get(_type(t.ctype, False), [])
+        if isinstance(t, OpaqueInfo) and real and fields is None:
+            raise ManifestError(
+                f"{where} does not match {header.name}: type {t.name!r} has no record or record_array in the manifest, "
+                f"but the header declares the projections {sorted(real)}"
+            )
+        if fields is not None and real and sorted(f.project for f in fields) != sorted(real):
+            raise ManifestError(
+                f"{where} does not match {header.name}: type {t.name!r} lists fields {[f.name for f in fields]} projected by "
+                f"{sorted(f.project for f in fields)}, the header declares the projections {sorted(real)}"
+            )
         if isinstance(t, OpaqueInfo) and t.sum is not None:
             order = [truth[v.construct].order if v.construct in truth else None for v in t.sum.variants]
             known = [o for o in order if o is not None]

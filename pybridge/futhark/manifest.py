@@ -231,10 +231,20 @@ def _ops(raw: Mapping[str, Any], where: str) -> dict[str, str]:
 
 
 def _fields(raw: list[Any], where: str) -> tuple[Field, ...]:
-    return tuple(
+    fields = tuple(
         Field(_str(f, "name", where), _str(f, "type", where), _str(f, "project", where, _C_NAME))
         for f in raw
     )
+    _unique([f.name for f in fields], "field", where)
+    return fields
+
+
+def _unique(names: list[str], what: str, where: str) -> None:
+    """Names are looked up: a repeated one would read another part (a sum's destruct on the wrong
+    variant aborts the process)."""
+    seen = {n for n in names if names.count(n) > 1}
+    if seen:
+        raise ManifestError(f"{where}: {what} names repeat: {sorted(seen)}")
 
 
 def _parse_type(name: str, raw: Mapping[str, Any]) -> TypeInfo:
@@ -282,6 +292,7 @@ def _parse_type(name: str, raw: Mapping[str, Any]) -> TypeInfo:
         )
         if not sum_.variants or len(sum_.variants) > 128:  # the stored tag is an i8
             raise ManifestError(f"{where}: a sum type needs 1 to 128 variants, got {len(sum_.variants)}")
+        _unique([v.name for v in sum_.variants], "variant", where)
     if "record_array" in raw:
         ra = raw["record_array"]
         rarr = RecordArrayInfo(
