@@ -108,25 +108,25 @@ def check(manifest: Manifest, cdef: str, header: Path) -> None:
     for t in manifest.types.values():
         _check_rank(t, indexes, where, header)
         fields = t.record.fields if isinstance(t, OpaqueInfo) and t.record else t.record_array.fields if isinstance(t, OpaqueInfo) and t.record_array else None
-        real = projections.get(_type(t.ctype, False), [])
-        if isinstance(t, OpaqueInfo) and real and fields is None:
+        projs = projections.get(_type(t.ctype, False), [])
+        if isinstance(t, OpaqueInfo) and projs and fields is None:
             raise ManifestError(
                 f"{where} does not match {header.name}: type {t.name!r} has no record or record_array in the manifest, "
-                f"but the header declares the projections {sorted(real)}"
+                f"but the header declares the projections {sorted(projs)}"
             )
-        if fields is not None and real and sorted(f.project for f in fields) != sorted(real):
+        if fields is not None and projs and sorted(f.project for f in fields) != sorted(projs):
             raise ManifestError(
                 f"{where} does not match {header.name}: type {t.name!r} lists fields {[f.name for f in fields]} projected by "
-                f"{sorted(f.project for f in fields)}, the header declares the projections {sorted(real)}"
+                f"{sorted(f.project for f in fields)}, the header declares the projections {sorted(projs)}"
             )
         if isinstance(t, OpaqueInfo) and t.sum is not None:
             order = [truth[v.construct].order if v.construct in truth else None for v in t.sum.variants]
             known = [o for o in order if o is not None]
             if known != sorted(known):
-                real = [v.name for _, v in sorted((o, v) for o, v in zip(order, t.sum.variants) if o is not None)]
+                listed = [v.name for _, v in sorted((o, v) for o, v in zip(order, t.sum.variants) if o is not None)]
                 raise ManifestError(
                     f"{where} does not match {header.name}: type {t.name!r}: sum variants listed as {[v.name for v in t.sum.variants]}, "
-                    f"but {header.name} declares them in the order {real} (the variant index follows it)"
+                    f"but {header.name} declares them in the order {listed} (the variant index follows it)"
                 )
 
 
