@@ -23,8 +23,8 @@ kill the process (measured with Futhark 0.25.32, c and multicore backends):
   ``n = -(2**62)`` allocated 0 bytes and returned an array of shape ``(-2**62, 4)``. The fix makes
   every product that forms an allocation size (the definitions of ``bytes_*``, ``binop_x_*``,
   ``binop_y_*``, ``total_sizze_*`` and the size argument of ``memblock_alloc``,
-  ``memblock_alloc_device`` and ``lexical_realloc``, when they are products of variables and
-  constants) a checked one: a negative factor gives ``INT64_MIN``, an overflow ``INT64_MAX``; the
+  ``memblock_alloc_device`` and ``lexical_realloc``, and the definition of a variable passed
+  there, when they are products of variables and constants) a checked one: a negative factor gives ``INT64_MIN``, an overflow ``INT64_MAX``; the
   allocation functions turn those into ``FUTHARK_PROGRAM_ERROR`` ("a dimension is negative") and
   ``FUTHARK_OUT_OF_MEMORY`` ("... cannot exist") before allocating. Other arithmetic keeps
   Futhark's wrapping semantics.
@@ -91,6 +91,7 @@ _SIZE_DEF = re.compile(r"(?m)^(\s*int64_t (?:bytes|binop_x|binop_y|total_sizze)_
 _SIZE_ARG = re.compile(
     r"(?m)^(\s*(?:if \(|err = )?(?:memblock_alloc\w*\(ctx, &[\w>-]+, |lexical_realloc\(ctx, &\w+, &\w+, ))([^,;\n]*\*[^,;\n]*)(, \"|\);)"
 )
+_BARE_ARG = re.compile(r"(?:memblock_alloc\w*\(ctx, &[\w>-]+, |lexical_realloc\(ctx, &\w+, &\w+, )([A-Za-z_]\w*)(?:, \"|\);)")
 _ATOM = re.compile(r"\s*(\(int64_t\) \d+|\d+|[A-Za-z_]\w*)\s*")
 
 
@@ -155,6 +156,11 @@ def _checked_sizes(text: str) -> tuple[str, int]:
 
     text = _SIZE_DEF.sub(lambda m: rewrite(m, 2), text)
     text = _SIZE_ARG.sub(lambda m: rewrite(m, 2), text)
+    # A size passed as a bare variable whose definition is a product (cuda: `nest_sizze_7 = n * m`
+    # for a bool array): that definition is checked too. Where the product did not wrap and no
+    # factor is negative, its value is unchanged, so its other uses (grid sizes) are unchanged.
+    for name in sorted(set(_BARE_ARG.findall(text))):
+        text = re.sub(rf"(?m)^(\s*int64_t {name} = )([^;\n]*\*[^;\n]*);$", lambda m: rewrite(m, 2), text)
     return text, count
 
 
