@@ -20,10 +20,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..futhark import ArrayHandle, ArrayKind, FutharkError, Library, ProgramError
+from ..futhark import ArrayHandle, ArrayKind, FutharkError, Library
 from ..futhark.types import PRIMITIVES
 from .refs import EntryRef
-from .workers import DEVICE_ENV, Slot, device_ordinal, discard, worker_device, worker_slot
+from .workers import DEVICE_ENV, Slot, device_ordinal, worker_device, worker_slot
 
 
 def is_device_array(x: Any) -> bool:
@@ -151,11 +151,8 @@ def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequen
             return tuple(_result(r, on_device, device, slot) for r in results)
         return _result(results, on_device, device, slot)
     except FutharkError as e:
-        if lib.backend == "multicore" and isinstance(e, ProgramError):
-            # Futhark 0.25.32's multicore scheduler keeps a failed call's error flag (it is reset
-            # only when the scheduler is made), so later calls on this context can fail with code
-            # 2 and no message (seen in tests/test_dask.py). A fresh context is cheap on the CPU.
-            discard(slot)
+        # The context stays usable: Futhark 0.25.32's multicore scheduler kept a failed call's
+        # error flag, which csource.py now clears at every call (tests/test_multicore_errors.py).
         raise named_error(e, entry, describe_block(block, nblocks, location), block) from None
     finally:
         for h in temps:

@@ -98,16 +98,6 @@ def worker_slot(ref: LibraryRef) -> Slot:
     return slot
 
 
-def discard(slot: Slot) -> None:
-    """Close a slot's context and forget it: the next task makes a fresh one. Call with
-    ``slot.lock`` held; threads waiting on it see ``library.closed`` and fetch the new slot."""
-    with _slots_lock:
-        for k, v in list(_slots.items()):
-            if v is slot:
-                del _slots[k]
-    slot.library.close()
-
-
 def stats() -> dict[str, Any]:
     """What this process holds: contexts created, and per library (path, device) the tasks run."""
     return {

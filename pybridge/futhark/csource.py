@@ -18,6 +18,21 @@ kill the process (measured with Futhark 0.25.32, c and multicore backends):
   == i32.lowest``, remainders 0), as every other overflow does; the fix gives the C host code that
   answer, in a form that costs nothing measurable in index arithmetic (``_division_fixes``). 8- and 16-bit operands are promoted to int by C and never trapped. GPU kernels (NVRTC
   strings) are left alone: the GPU does not trap.
+- Byte counts wrap: ``int64_t bytes_7 = (int64_t) 8 * n;`` with ``n = 2**61`` is 0, so ``iota n``
+  allocated 0 bytes and wrote 2^61 elements (SIGSEGV); ``replicate n (replicate 4 x)`` with
+  ``n = -(2**62)`` allocated 0 bytes and returned an array of shape ``(-2**62, 4)``. The fix makes
+  every product that forms an allocation size (the definitions of ``bytes_*``, ``binop_x_*``,
+  ``binop_y_*``, ``total_sizze_*`` and the size argument of ``memblock_alloc``,
+  ``memblock_alloc_device`` and ``lexical_realloc``, and the definition of a variable passed
+  there, when they are products of variables and constants) a checked one: a negative factor gives ``INT64_MIN``, an overflow ``INT64_MAX``; the
+  allocation functions turn those into ``FUTHARK_PROGRAM_ERROR`` ("a dimension is negative") and
+  ``FUTHARK_OUT_OF_MEMORY`` ("... cannot exist") before allocating. Other arithmetic keeps
+  Futhark's wrapping semantics.
+- multicore: a failed parallel task sets the scheduler's ``error`` flag, which only
+  ``scheduler_init`` clears: every later parallel task of that context then drops its subtasks
+  and returns the stale code 2 (no message). The fix clears the flag when an API function takes
+  the context lock (the calls are serialised by it, and every task of the previous call has been
+  joined).
 
 Applied by ``pybridge build`` / ``pybridge.futhark.load("prog.fut")`` and by ``make`` (this file
 runs as a script: ``python3 pybridge/futhark/csource.py prog.c``). Standard library only. Each fix
@@ -30,7 +45,7 @@ import re
 import sys
 from pathlib import Path
 
-MARK = "/* pybridge: hardened v4 */"  # part of pybridge build's cache key: a new fix rebuilds
+MARK = "/* pybridge: hardened v5 */"  # part of pybridge build's cache key: a new fix rebuilds
 
 _MALLOC = "    *mem_out = malloc(size);\n"
 _MALLOC_CHECKED = (
@@ -54,6 +69,107 @@ _LOWEST_DIV = (
     "/* pybridge: i{b}.lowest / -1 wraps to i{b}.lowest (and its remainder is 0), as in Futhark's interpreter */\n"
     "static __attribute__((noinline, cold)) int{b}_t pybridge_lowest_div{b}(int{b}_t x) {{ return x; }}\n"
 )
+
+
+# ---- checked allocation sizes
+_SZMUL = (
+    "/* pybridge: checked products for allocation sizes: INT64_MIN if a factor is negative,\n"
+    "   INT64_MAX if the product overflows (see pybridge/futhark/csource.py) */\n"
+    "static inline int64_t pb_szmul(int64_t a, int64_t b) {\n"
+    "  if (a < 0 || b < 0) return INT64_MIN;\n"
+    "  if (a != 0 && b > INT64_MAX / a) return INT64_MAX;\n"
+    "  return a * b;\n"
+    "}\n"
+)
+_STDINT = "#include <stdint.h>\n"
+# memblock_alloc, memblock_alloc_device (and other spaces): refuse the two sentinels first.
+_ALLOC_HEAD = re.compile(
+    r"(?m)^(int memblock_alloc\w*\(struct futhark_context \*ctx, struct memblock\w* \*block, int64_t size, const char \*desc\)\n\{\n)"
+)
+_ALLOC_GUARD = (  # the messages say "Negative allocation" / "Failed to allocate": errors.error_for's classes
+    "    if (size == INT64_MIN) { set_error(ctx, msgprintf(\"Negative allocation for %s: an array dimension is negative.\\n\", desc)); return FUTHARK_PROGRAM_ERROR; } /* pybridge: size-overflow */\n"
+    "    if (size == INT64_MAX) { set_error(ctx, msgprintf(\"Failed to allocate memory for %s: its size in bytes does not fit in 64 bits (no such array can exist).\\n\", desc)); return FUTHARK_OUT_OF_MEMORY; }\n"
+)
+_REALLOC_HEAD = re.compile(r"(?m)^(static int lexical_realloc\(struct futhark_context \*ctx,\n[^{]*\{\n)")
+_REALLOC_GUARD = (
+    "  if (new_size < 0) { set_error(ctx, msgprintf(\"Negative allocation: an array dimension is negative.\\n\")); return FUTHARK_PROGRAM_ERROR; } /* pybridge: size-overflow */\n"
+    "  if (new_size == INT64_MAX) { set_error(ctx, msgprintf(\"Failed to allocate memory: its size in bytes does not fit in 64 bits (no such array can exist).\\n\")); return FUTHARK_OUT_OF_MEMORY; }\n"
+)
+_SIZE_DEF = re.compile(r"(?m)^(\s*int64_t (?:bytes|binop_x|binop_y|total_sizze)_\d+ = )([^;\n]*\*[^;\n]*);$")
+_SIZE_ARG = re.compile(
+    r"(?m)^(\s*(?:if \(|err = )?(?:memblock_alloc\w*\(ctx, &[\w>-]+, |lexical_realloc\(ctx, &\w+, &\w+, ))([^,;\n]*\*[^,;\n]*)(, \"|\);)"
+)
+_BARE_ARG = re.compile(r"(?:memblock_alloc\w*\(ctx, &[\w>-]+, |lexical_realloc\(ctx, &\w+, &\w+, )([A-Za-z_]\w*)(?:, \"|\);)")
+_ATOM = re.compile(r"\s*(\(int64_t\) \d+|\d+|[A-Za-z_]\w*)\s*")
+
+
+def _checked_product(expr: str) -> str | None:
+    """``a * (b * 8)`` -> ``pb_szmul(a, pb_szmul(b, 8))``; None unless ``expr`` is a product of
+    variables and integer constants (parenthesised products included)."""
+    pos = 0
+
+    def product() -> str | None:
+        nonlocal pos
+        terms = []
+        while True:
+            t = term()
+            if t is None:
+                return None
+            terms.append(t)
+            if pos < len(expr) and expr[pos] == "*":
+                pos += 1
+                continue
+            break
+        out = terms[0]
+        for t in terms[1:]:
+            out = f"pb_szmul({out}, {t})"
+        return out
+
+    def term() -> str | None:
+        nonlocal pos
+        while pos < len(expr) and expr[pos] == " ":
+            pos += 1
+        if expr.startswith("(int64_t) ", pos) or pos >= len(expr) or expr[pos] != "(":
+            m = _ATOM.match(expr, pos)
+            if m is None:
+                return None
+            pos = m.end()
+            return m.group(1)
+        pos += 1
+        inner = product()
+        while pos < len(expr) and expr[pos] == " ":
+            pos += 1
+        if inner is None or pos >= len(expr) or expr[pos] != ")":
+            return None
+        pos += 1
+        while pos < len(expr) and expr[pos] == " ":
+            pos += 1
+        return inner
+
+    out = product()
+    return out if out is not None and pos == len(expr) and "*" in expr else None
+
+
+def _checked_sizes(text: str) -> tuple[str, int]:
+    """Every allocation size that is a product, computed with pb_szmul; the number rewritten."""
+    count = 0
+
+    def rewrite(m: re.Match[str], group: int) -> str:
+        nonlocal count
+        checked = _checked_product(m.group(group))
+        if checked is None:
+            return m.group(0)
+        count += 1
+        return m.group(0)[: m.start(group) - m.start(0)] + checked + m.group(0)[m.end(group) - m.start(0) :]
+
+    text = _SIZE_DEF.sub(lambda m: rewrite(m, 2), text)
+    text = _SIZE_ARG.sub(lambda m: rewrite(m, 2), text)
+    # A size passed as a bare variable whose definition is a product (cuda: `nest_sizze_7 = n * m`
+    # for a bool array): that definition is checked too. Where the product did not wrap and no
+    # factor is negative, its value is unchanged, so its other uses (grid sizes) are unchanged.
+    for name in sorted(set(_BARE_ARG.findall(text))):
+        text = re.sub(rf"(?m)^(\s*int64_t {name} = )([^;\n]*\*[^;\n]*);$", lambda m: rewrite(m, 2), text)
+    return text, count
 
 
 def _division_fixes() -> list[tuple[str, str]]:
@@ -90,6 +206,11 @@ def _division_fixes() -> list[tuple[str, str]]:
 
 _DIVISION = _division_fixes()
 
+# multicore: every API function takes the context lock and then names worker 0; the scheduler's
+# error flag of an earlier failed call is cleared there (only scheduler_init cleared it).
+_LOCKED = re.compile(r"(?m)^( +)lock_lock\(&ctx->lock\);\n\1worker_local = &ctx->scheduler\.workers\[0\];\n")
+_LOCKED_RESET = r"\g<0>\1ctx->scheduler.error = 0; /* pybridge: a failed call's error flag is not sticky */\n"
+
 
 def harden(text: str) -> tuple[str, list[str]]:
     """The patched text and the names of the fixes applied."""
@@ -105,6 +226,17 @@ def harden(text: str) -> tuple[str, list[str]]:
     text, n = _NEGATIVE.subn(r"{ set_error(ctx, msgprintf(\1)); return FUTHARK_PROGRAM_ERROR; }", text)
     if n:
         applied.append("negative-allocation")
+    if "pb_szmul(" not in text and _STDINT in text and _ALLOC_HEAD.search(text):
+        text, n = _checked_sizes(text)
+        text = _ALLOC_HEAD.sub(lambda m: m.group(1) + _ALLOC_GUARD, text)
+        text = _REALLOC_HEAD.sub(lambda m: m.group(1) + _REALLOC_GUARD, text)
+        at = text.find(_STDINT) + len(_STDINT)
+        text = text[:at] + _SZMUL + text[at:]
+        applied.append(f"size-overflow ({n} sizes)")
+    if "ctx->scheduler.error = 0; /* pybridge" not in text:
+        text, n = _LOCKED.subn(_LOCKED_RESET, text)
+        if n:
+            applied.append("multicore-error-reset")
     patched = 0
     first = None
     for generated, guarded in _DIVISION:

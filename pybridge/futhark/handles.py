@@ -19,7 +19,7 @@ import numpy as np
 
 from . import aliases
 from .context import Context
-from .errors import FutharkError, InvalidHandleError
+from .errors import FutharkError, InvalidHandleError, ProgramError
 
 if TYPE_CHECKING:
     from .protocols import LibraryLike
@@ -99,6 +99,15 @@ class Value:
         self.free()
 
 
+def _nonnegative(shape: tuple[int, ...], type_name: str) -> tuple[int, ...]:
+    """A shape Futhark reported; a negative dimension is an error, not a shape (a library whose C
+    was not hardened by csource.py returned one for ``replicate n`` with ``n < 0``)."""
+    if shape and min(shape) < 0:
+        raise ProgramError(f"this {type_name} value has the impossible shape {shape} (a negative dimension): "
+                           "the program computed a negative size; free it and check the sizes passed")
+    return shape
+
+
 class ArrayHandle(Value):
     """A Futhark array of primitives. Data stays in Futhark (on the GPU for GPU backends)."""
 
@@ -133,7 +142,7 @@ class ArrayHandle(Value):
         if self._shape is None:
             with self._ctx.lock:
                 p = self.atype.shape_fn(self._ctx.ptr, ptr)
-                self._shape = tuple(int(p[i]) for i in range(self.atype.rank))
+                self._shape = _nonnegative(tuple(int(p[i]) for i in range(self.atype.rank)), self.atype.name)
         return self._shape
 
     @property
@@ -334,7 +343,7 @@ class OpaqueHandle(Value):
             raise AttributeError(f"{self.type_name} is not an array")
         with self._ctx.lock:
             p = self.library.fn(arr.shape)(self._ctx.ptr, self.ptr)
-            return tuple(int(p[k]) for k in range(arr.rank))
+            return _nonnegative(tuple(int(p[k]) for k in range(arr.rank)), self.type_name)
 
     # sums
     @property

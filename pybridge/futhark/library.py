@@ -30,6 +30,7 @@ from .cdef import RAW_POINTER_CTYPE, cdef_for
 from .context import Config, Context
 from .conversion import Codec
 from .entry import EntryPoint
+from .header import check as check_header
 from .errors import FutharkError
 from .handles import ArrayHandle, OpaqueHandle
 from .kinds import ArrayKind, OpaqueKind
@@ -122,6 +123,9 @@ class Library:
             cdef = cdef_for(manifest)
         except (ValueError, KeyError, TypeError) as e:
             raise ManifestError(f"{where}: cannot declare its C functions: {e}") from None
+        header = self.path.with_name(f"{self.path.stem.removeprefix('lib')}.h")
+        if header.exists():  # the true C types: a manifest that disagrees would crash the calls
+            check_header(manifest, cdef, header)
         self.mode_note = ""
         if mode == "auto":
             try:

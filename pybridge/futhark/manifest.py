@@ -231,10 +231,20 @@ def _ops(raw: Mapping[str, Any], where: str) -> dict[str, str]:
 
 
 def _fields(raw: list[Any], where: str) -> tuple[Field, ...]:
-    return tuple(
+    fields = tuple(
         Field(_str(f, "name", where), _str(f, "type", where), _str(f, "project", where, _C_NAME))
         for f in raw
     )
+    _unique([f.name for f in fields], "field", where)
+    return fields
+
+
+def _unique(names: list[str], what: str, where: str) -> None:
+    """Names are looked up: a repeated one would read another part (a sum's destruct on the wrong
+    variant aborts the process)."""
+    seen = {n for n in names if names.count(n) > 1}
+    if seen:
+        raise ManifestError(f"{where}: {what} names repeat: {sorted(seen)}")
 
 
 def _parse_type(name: str, raw: Mapping[str, Any]) -> TypeInfo:
@@ -260,8 +270,9 @@ def _parse_type(name: str, raw: Mapping[str, Any]) -> TypeInfo:
     if kind != "opaque":
         raise ManifestError(f"{where}: unknown kind {kind!r}")
     record = sum_ = rarr = oarr = None
-    if "free" not in ops:
-        raise ManifestError(f"{where}: ops lack 'free'")
+    missing = {"free", "store", "restore"} - set(ops)  # Futhark gives every opaque type all three
+    if missing:
+        raise ManifestError(f"{where}: ops lack {sorted(missing)}")
     if "record" in raw:
         r = raw["record"]
         record = RecordInfo(_fields(_list(r, "fields", where), where), _opt_cname(r, "new", where))
@@ -281,6 +292,7 @@ def _parse_type(name: str, raw: Mapping[str, Any]) -> TypeInfo:
         )
         if not sum_.variants or len(sum_.variants) > 128:  # the stored tag is an i8
             raise ManifestError(f"{where}: a sum type needs 1 to 128 variants, got {len(sum_.variants)}")
+        _unique([v.name for v in sum_.variants], "variant", where)
     if "record_array" in raw:
         ra = raw["record_array"]
         rarr = RecordArrayInfo(
@@ -342,6 +354,15 @@ def parse_manifest(data: Mapping[str, Any] | str, source: Path | None = None) ->
             data = json.loads(data)
         except json.JSONDecodeError as e:
             raise ManifestError(f"manifest is not valid JSON: {e}") from None
+        except RecursionError:
+            raise ManifestError("manifest is nested too deeply to be one Futhark wrote") from None
+    try:
+        return _parse(data, source)
+    except RecursionError:  # a deeply nested value quoted in a message
+        raise ManifestError("manifest is nested too deeply to be one Futhark wrote") from None
+
+
+def _parse(data: Any, source: Path | None) -> Manifest:
     if not isinstance(data, Mapping):
         raise ManifestError("manifest must be a JSON object")
     raw_types, raw_entries = _req(data, "types", "manifest"), _req(data, "entry_points", "manifest")

@@ -1,0 +1,50 @@
+-- Allocations of every shape the generated-interface fuzz draws (tests/interface_gen.py), at sizes
+-- chosen by the caller: tests/test_wrap_sizes.py calls them with sizes near the points where a
+-- byte count wraps around 2^64 (issue 22, item 1). No result type names a size, so pybridge cannot
+-- refuse a negative one before the call: the generated C must.
+
+entry rep_i8_1 (n: i64) : []i8 = replicate n (1i8)
+entry rep_i8_2 (n: i64) (m: i64) : [][]i8 = replicate n (replicate m (1i8))
+entry rep_i8_3 (n: i64) (m: i64) (k: i64) : [][][]i8 = replicate n (replicate m (replicate k (1i8)))
+entry rep_i16_1 (n: i64) : []i16 = replicate n (1i16)
+entry rep_i16_2 (n: i64) (m: i64) : [][]i16 = replicate n (replicate m (1i16))
+entry rep_i16_3 (n: i64) (m: i64) (k: i64) : [][][]i16 = replicate n (replicate m (replicate k (1i16)))
+entry rep_i32_1 (n: i64) : []i32 = replicate n (1i32)
+entry rep_i32_2 (n: i64) (m: i64) : [][]i32 = replicate n (replicate m (1i32))
+entry rep_i32_3 (n: i64) (m: i64) (k: i64) : [][][]i32 = replicate n (replicate m (replicate k (1i32)))
+entry rep_i64_1 (n: i64) : []i64 = replicate n (1i64)
+entry rep_i64_2 (n: i64) (m: i64) : [][]i64 = replicate n (replicate m (1i64))
+entry rep_i64_3 (n: i64) (m: i64) (k: i64) : [][][]i64 = replicate n (replicate m (replicate k (1i64)))
+entry rep_u8_1 (n: i64) : []u8 = replicate n (1u8)
+entry rep_u8_2 (n: i64) (m: i64) : [][]u8 = replicate n (replicate m (1u8))
+entry rep_u8_3 (n: i64) (m: i64) (k: i64) : [][][]u8 = replicate n (replicate m (replicate k (1u8)))
+entry rep_u16_1 (n: i64) : []u16 = replicate n (1u16)
+entry rep_u16_2 (n: i64) (m: i64) : [][]u16 = replicate n (replicate m (1u16))
+entry rep_u16_3 (n: i64) (m: i64) (k: i64) : [][][]u16 = replicate n (replicate m (replicate k (1u16)))
+entry rep_u32_1 (n: i64) : []u32 = replicate n (1u32)
+entry rep_u32_2 (n: i64) (m: i64) : [][]u32 = replicate n (replicate m (1u32))
+entry rep_u32_3 (n: i64) (m: i64) (k: i64) : [][][]u32 = replicate n (replicate m (replicate k (1u32)))
+entry rep_u64_1 (n: i64) : []u64 = replicate n (1u64)
+entry rep_u64_2 (n: i64) (m: i64) : [][]u64 = replicate n (replicate m (1u64))
+entry rep_u64_3 (n: i64) (m: i64) (k: i64) : [][][]u64 = replicate n (replicate m (replicate k (1u64)))
+entry rep_f16_1 (n: i64) : []f16 = replicate n (1f16)
+entry rep_f16_2 (n: i64) (m: i64) : [][]f16 = replicate n (replicate m (1f16))
+entry rep_f16_3 (n: i64) (m: i64) (k: i64) : [][][]f16 = replicate n (replicate m (replicate k (1f16)))
+entry rep_f32_1 (n: i64) : []f32 = replicate n (1f32)
+entry rep_f32_2 (n: i64) (m: i64) : [][]f32 = replicate n (replicate m (1f32))
+entry rep_f32_3 (n: i64) (m: i64) (k: i64) : [][][]f32 = replicate n (replicate m (replicate k (1f32)))
+entry rep_f64_1 (n: i64) : []f64 = replicate n (1f64)
+entry rep_f64_2 (n: i64) (m: i64) : [][]f64 = replicate n (replicate m (1f64))
+entry rep_f64_3 (n: i64) (m: i64) (k: i64) : [][][]f64 = replicate n (replicate m (replicate k (1f64)))
+entry rep_bool_1 (n: i64) : []bool = replicate n (true)
+entry rep_bool_2 (n: i64) (m: i64) : [][]bool = replicate n (replicate m (true))
+entry rep_bool_3 (n: i64) (m: i64) (k: i64) : [][][]bool = replicate n (replicate m (replicate k (true)))
+entry iot (n: i64) : []i64 = iota n
+entry recs1 (n: i64) : [](f32, i8, {a: u16, b: f64}) = tabulate n (\i -> (f32.i64 i, i8.i64 i, {a = u16.i64 i, b = f64.i64 i}))
+entry recs2 (n: i64) (m: i64) : [][]{x: i32, y: bool} = tabulate_2d n m (\i j -> {x = i32.i64 (i + j), y = i < j})
+entry sums (n: i64) : [](#a i32 | #b f64 bool) = tabulate n (\i -> if i % 2 == 0 then #a (i32.i64 i) else #b (f64.i64 i) true)
+entry parts (n: i64) (m: i64) : {a: []i8, b: [][]f64} = {a = replicate n 1, b = replicate m (replicate n 2)}
+entry perthread (n: i64) (k: i64) : []i64 =
+  map (\i -> let a = scan (+) 0 (map (+i) (iota k)) in reduce (+) 0 (map2 (*) a (reverse a))) (iota n)
+entry outer (xs: []i32) (m: i64) : [][]i32 = map (\x -> replicate m x) xs
+entry flat (n: i64) (m: i64) : []i16 = flatten (replicate n (replicate m 3i16))
