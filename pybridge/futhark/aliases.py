@@ -34,7 +34,8 @@ class AliasGroup:
 
 
 def join(handles: Iterable[Any]) -> None:
-    """Record that ``handles`` (pybridge values; None entries ignored) may share memory."""
+    """Record that ``handles`` (pybridge values; None entries ignored) may share memory. Callers
+    hold the handles' context lock, so two joins never merge groups at once."""
     hs = [h for h in handles if h is not None]
     if len(hs) < 2:
         return
@@ -42,7 +43,7 @@ def join(handles: Iterable[Any]) -> None:
     target = max(groups.values(), key=lambda g: len(g.members)) if groups else AliasGroup()
     for g in groups.values():
         if g is not target:
-            for m in list(g.members):
+            for m in _members(g):
                 m._aliases = target
                 target.members.add(m)
     for h in hs:
@@ -60,7 +61,15 @@ def shared_with_live(handle: Any) -> bool:
     # change the other even when no other handle is live. Copy it (store/restore) every time.
     if hasattr(handle, "otype"):
         return True
-    return any(m is not handle and m.valid for m in list(g.members))
+    return any(m is not handle and m.valid for m in _members(g))
+
+
+def _members(g: AliasGroup) -> list[Any]:
+    """The live members of ``g`` now. ``list(WeakSet)`` iterates in Python and raises "Set changed
+    size during iteration" when another thread joins or drops a member meanwhile (the fast call
+    path asks ``shared_with_live`` outside the context lock); the underlying set of weak references
+    is copied in one C call instead, which no other thread can interleave with."""
+    return [m for r in g.members.data.copy() if (m := r()) is not None]
 
 
 __all__ = ["AliasGroup", "join", "shared_with_live"]

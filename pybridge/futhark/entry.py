@@ -186,7 +186,7 @@ class EntryPoint:
                 if self._scalar_out:
                     ctx.sync()
                 results = tuple(codec.from_cell(o.type, c) for o, c in zip(info.outputs, cells))
-            link_results(scope, info.outputs, results)  # results may share the arguments' memory
+                link_results(scope, info.outputs, results)  # results may share the arguments' memory
         return results[0] if len(results) == 1 else results
 
     def _explained(self, err: Exception, values: tuple[Any, ...]) -> Exception:

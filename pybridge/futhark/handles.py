@@ -129,12 +129,14 @@ class ArrayHandle(Value):
 
     @property
     def shape(self) -> tuple[int, ...]:
-        ptr = self.ptr  # a freed handle has no shape, even a cached one
-        if self._shape is None:
-            with self._ctx.lock:
-                p = self.atype.shape_fn(self._ctx.ptr, ptr)
-                self._shape = tuple(int(p[i]) for i in range(self.atype.rank))
-        return self._shape
+        shape = self._shape
+        if shape is not None:
+            self.ptr  # a freed handle has no shape, even a cached one
+            return shape
+        with self._ctx.lock:  # checked under the lock: another thread may free it until then
+            p = self.atype.shape_fn(self._ctx.ptr, self.ptr)
+            self._shape = shape = tuple(int(p[i]) for i in range(self.atype.rank))
+        return shape
 
     @property
     def ndim(self) -> int:

@@ -205,7 +205,7 @@ class OpaqueKind:
             rc = self.library.fn(fn_name)(ctx.ptr, cell, *c_args)
             ctx.check(rc, fn_name)
             out = OpaqueHandle(self.library, self, cell[0])
-        aliases.join([out, *(h for h, _ in scope.handles)])  # built from those handles, no copy
+            aliases.join([out, *(h for h, _ in scope.handles)])  # built from those handles, no copy
         return out
 
     def _field_args(self, fields: Sequence[Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
