@@ -123,3 +123,114 @@ def test_shape_of_a_handle_freed_while_it_waits_for_the_lock(backend: str) -> No
         print(json.dumps({{"got": got}}))
     """)
     assert r["got"] == ["invalid"] * 5, r
+
+
+# ---------------------------------------------------------------- 7: `self`, build folders left behind
+
+SELFISH = """
+type rec = {self: i32, other: f32}
+entry addself (self: i32) (x: i32) : i32 = self + x
+entry selfrec (r: rec) : f32 = f32.i32 r.self + r.other
+entry mkrec (self: i32) (other: f32) : rec = {self, other}
+"""
+
+
+def test_a_parameter_or_field_named_self_passes_by_keyword(tmp_path: Path) -> None:
+    src = tmp_path / "selfish.fut"
+    src.write_text(SELFISH)
+    with pf.load(src, backend="c") as lib:
+        assert lib.addself(self=2, x=3) == 5
+        assert lib.addself(2, x=3) == 5
+        assert lib.addself(x=3, self=4) == 7
+        assert lib.selfrec({"self": 2, "other": 0.5}) == 2.5
+        assert lib.selfrec(r={"self": 1, "other": 0.25}) == 1.25
+        r = lib.types["rec"].new(self=5, other=1.5)
+        assert lib.selfrec(r) == 6.5 and int(r.field("self")) == 5
+        assert int(lib.mkrec(self=9, other=0.0)["self"]) == 9
+        with pytest.raises(TypeError, match="self"):
+            lib.addself(1, self=2)  # given twice: the usual binding error, naming it
+
+
+def _stale_tmp(parent: Path, name: str, age: float) -> Path:
+    d = parent / f".{name}.tmpabc123"
+    d.mkdir(parents=True)
+    (d / "half-written.c").write_text("int x;")
+    t = __import__("time").time() - age
+    os.utime(d, (t, t))
+    return d
+
+
+def test_stale_build_folders_are_swept_but_never_one_in_use(tmp_path: Path, monkeypatch) -> None:
+    """A killed build leaves its .tmp folder: the next build in that cache folder removes it,
+    unless its build lock is held (a build running now, here in another thread or in another
+    process) or it is younger than STALE_TMP_S."""
+    import threading
+
+    from pybridge.futhark import build
+
+    monkeypatch.setenv("PYBRIDGE_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "tiny.fut"
+    src.write_text("entry f (x: i32) : i32 = x + 1\n")
+    parent = tmp_path / "cache" / "programs" / "c"
+    stale = _stale_tmp(parent, "old-000000000000", 3600)
+    young = _stale_tmp(parent, "young-000000000000", 0)
+    busy = _stale_tmp(parent, "busy-000000000000", 3600)
+    other = _stale_tmp(parent, "other-000000000000", 3600)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_in_thread() -> None:
+        with build._build_lock(parent / ".busy-000000000000.lock"):
+            held.set()
+            release.wait(60)
+
+    t = threading.Thread(target=hold_in_thread)
+    t.start()
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, sys, time
+        fd = os.open({str(parent / '.other-000000000000.lock')!r}, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held" and held.wait(30)
+        so = build.build_program(src, backend="c")
+        assert so.is_file()
+        assert not stale.exists()
+        assert young.exists() and busy.exists() and other.exists()
+    finally:
+        release.set()
+        t.join()
+        holder.kill()
+        holder.wait()
+    assert sorted(p.name for p in parent.iterdir() if ".tmp" in p.name) == sorted(p.name for p in (young, busy, other))
+
+
+def test_an_interrupted_build_leaves_no_folder(tmp_path: Path) -> None:
+    """SIGINT while the Futhark compiler runs: KeyboardInterrupt, and no .tmp folder stays."""
+    src = tmp_path / "slowish.fut"
+    src.write_text("entry f (xs: []f32) : f32 = f32.sum (map (\\x -> x * 2) xs)\n")
+    cache = tmp_path / "cache"
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import pybridge.futhark.build as b
+        try:
+            b.build_program({str(src)!r}, backend="multicore")
+        except KeyboardInterrupt:
+            print("interrupted")
+        else:
+            print("finished")
+    """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYBRIDGE_CACHE": str(cache)})
+    parent = cache / "programs" / "multicore"
+    import time
+
+    deadline = time.time() + 60
+    while time.time() < deadline and not (parent.is_dir() and any(".tmp" in p.name for p in parent.iterdir())):
+        time.sleep(0.01)
+    assert any(".tmp" in p.name for p in parent.iterdir()), "the build never started"
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    assert out.strip() in ("interrupted", "finished"), out + err
+    assert [p.name for p in parent.iterdir() if ".tmp" in p.name] == []

@@ -15,17 +15,21 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from ..paths import cache_dir
 from .csource import MARK, harden_file
 from ..errors import PybridgeError
+
+logger = logging.getLogger(__name__)
 
 LINK_FLAGS = {
     "c": ["-lm"],
@@ -98,6 +102,7 @@ def build_program(
     with _build_lock(out.parent / f".{out.name}.lock"):
         if _is_built(out, so, digest):  # another thread or process built it while we waited
             return so
+        _sweep_stale_builds(out.parent)  # folders of builds that were killed or interrupted
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
         try:
             _run([compiler, backend, "--library", "-o", str(tmp / stem), str(src)], "futhark")
@@ -112,6 +117,36 @@ def build_program(
 
 
 _STAMP = ".source-hash"
+STALE_TMP_S = 60.0  # a build's temporary folder this old, whose build lock is free, is swept
+
+
+def _sweep_stale_builds(parent: Path) -> None:
+    """Remove ``.<name>.tmp*`` folders that no build uses: an interrupted build removes its own
+    folder on the way out (``finally``), but a killed process (SIGKILL, a second Ctrl-C during the
+    removal) cannot. A folder is in use exactly while its build holds ``.<name>.lock`` (flock, this
+    process's threads included), so one is removed only when that lock is free at once, and only
+    after ``STALE_TMP_S`` seconds, never a folder a build is writing."""
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    now = time.time()
+    for e in entries:
+        name, sep, _ = e.name.partition(".tmp")
+        if not (sep and name.startswith(".") and e.is_dir(follow_symlinks=False)):
+            continue
+        try:
+            if now - e.stat(follow_symlinks=False).st_mtime < STALE_TMP_S:
+                continue
+        except OSError:
+            continue
+        lock = _build_lock(parent / f"{name}.lock")
+        if lock.try_enter():
+            try:
+                shutil.rmtree(e.path, ignore_errors=True)
+                logger.info("removed the stale build folder %s", e.path)
+            finally:
+                lock.__exit__()
 _IMPORT = re.compile(r'^\s*(?:open\s+|local\s+)*import\s+"([^"]+)"', re.MULTILINE)
 _thread_locks: dict[Path, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()
@@ -177,6 +212,23 @@ class _build_lock:
         except BaseException:
             self.thread_lock.release()
             raise
+
+    def try_enter(self) -> bool:
+        """Take the lock only if no thread or process holds it now; True if taken."""
+        if not self.thread_lock.acquire(blocking=False):
+            return False
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            self.thread_lock.release()
+            return False
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:  # held elsewhere (BlockingIOError)
+            os.close(self.fd)
+            self.thread_lock.release()
+            return False
 
     def __exit__(self, *exc: object) -> None:
         try:

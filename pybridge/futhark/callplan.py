@@ -124,7 +124,7 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         ret = "r"
     unpack = f"{', '.join(args)}, = args" if n else "pass"
     lines = [
-        "def __call__(self, *args, **kwargs):",
+        "def __call__(self, /, *args, **kwargs):",  # positional-only: a parameter may be named self
         f"    if kwargs or len(args) != {n}: return self._call_general(self._bind(args, kwargs))",
         f"    {unpack}",
         *(f"    {line}" for line in pre),

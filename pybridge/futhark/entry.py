@@ -145,7 +145,7 @@ class EntryPoint:
             raise TypeError(f"{self.name}{self.__signature__}: {e}") from None
         return tuple(bound.arguments[py] for py in self._pynames)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         # Replaced per entry point by its compiled call plan (callplan.py); this is its fallback.
         return self._call_general(self._bind(args, kwargs))
 

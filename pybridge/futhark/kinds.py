@@ -223,7 +223,7 @@ class OpaqueKind:
             raise TypeError(f"{self.name}: expected {len(names)} fields {names}, got {len(args)}")
         return list(args)
 
-    def new(self, *args: Any, **kwargs: Any) -> OpaqueHandle:
+    def new(self, /, *args: Any, **kwargs: Any) -> OpaqueHandle:
         """Build a record (fields by name or position) or a tuple (components by position)."""
         rec = self.info.record
         if rec is None or rec.new is None:
@@ -239,7 +239,7 @@ class OpaqueKind:
             cell = self.library.ffi.new(f"{struct_name(self.info.ctype)} **")
             return self._call_new(rec.new, cell, c_args, [v for v in values if isinstance(v, Value)], scope)
 
-    def zip(self, *args: Any, **kwargs: Any) -> OpaqueHandle:
+    def zip(self, /, *args: Any, **kwargs: Any) -> OpaqueHandle:
         """Build an array of records from one array per field (no copy in Futhark)."""
         ra = self.info.record_array
         if ra is None or ra.zip is None:
