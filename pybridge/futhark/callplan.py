@@ -86,6 +86,9 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         pre.append(f"if a{i}._aliases is not None and shared(a{i}): return self._call_general(args)")
     outs: list[str] = []
     results: list[str] = []
+    shells: list[str] = []  # under the lock, before the call: an empty handle object per handle result
+    fill: list[str] = []  # right after a successful call: the shells take the results (no call in between)
+    env["new"], env["ctxo"], env["values"] = object.__new__, lib.context, state.values
     for k, o in enumerate(info.outputs):
         prim = PRIMITIVES.get(o.type)
         if prim is not None:
@@ -96,24 +99,37 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         else:
             kind = lib.types[o.type]
             env[f"out{k}"] = lib.codec.out_cell(o.type)
-            env[f"RK{k}"] = kind
-            htype = "ArrayHandle" if isinstance(kind, ArrayKind) else "OpaqueHandle"
-            results.append(f"{htype}(lib, RK{k}, out{k}[0])")
+            env[f"RK{k}"], env[f"F{k}"] = kind, kind.free_fn
+            array = isinstance(kind, ArrayKind)
+            env[f"HT{k}"] = ArrayHandle if array else OpaqueHandle
+            shells.append(f"h{k} = new(HT{k}); k{k} = id(h{k})")
+            # ArrayHandle/OpaqueHandle.__init__ spelled out as attribute stores, registered last.
+            fill.append(
+                f"p = out{k}[0]; " + (f"h{k}.atype = RK{k}; h{k}._shape = None; " if array else f"h{k}.otype = RK{k}; ")
+                + f"h{k}.library = lib; h{k}._ctx = ctxo; h{k}._ptr = p; h{k}._free_fn = F{k}; h{k}._status = None; "
+                f"h{k}._keep = None; h{k}._aliases = None; values[k{k}] = (F{k}, p)"
+            )
+            results.append(f"h{k}")
         outs.append(f"out{k}")
     consume = [f"a{i}._mark_consumed({f'entry point {ep.name!r} (parameter {info.inputs[i].name!r})'!r})"
                for i in consumed]
+    handle_outs = [k for k, o in enumerate(info.outputs) if o.type not in PRIMITIVES]
     if api:
         env["shim"] = getattr(lib.lib, shim_name(info.cfun))
         env["err"] = ffi.new("char **")
-        call = [f"rc = shim(state.ctx, {int(sync)}, err, {', '.join(outs + c_args)})", *consume,
-                f"if rc: raise self._explained(lib.context.error_from(rc, err[0], {info.cfun!r}), args)"]
+        env["NULL"] = ffi.NULL
+        call = f"rc = shim(state.ctx, {int(sync)}, err, {', '.join(outs + c_args)})"
+        check = [f"if rc: m = err[0]; err[0] = NULL; raise self._explained(lib.context.error_from(rc, m, {info.cfun!r}), args)"]
     else:
         env["fn"] = ep._fn
         env["sync"] = lib.lib.futhark_context_sync
-        call = [f"rc = fn(state.ctx, {', '.join(outs + c_args)})", *consume,
-                f"if rc: raise self._explained(lib.context.error(rc, {info.cfun!r}), args)"]
+        call = f"rc = fn(state.ctx, {', '.join(outs + c_args)})"
+        check = [f"if rc: raise self._explained(lib.context.error(rc, {info.cfun!r}), args)"]
         if sync:
-            call += ["rc = sync(state.ctx)", "if rc: raise lib.context.error(rc, 'futhark_context_sync')"]
+            check += ["rc = sync(state.ctx)", "if rc: raise lib.context.error(rc, 'futhark_context_sync')"]
+    env["settle"] = _settler(lib, [env[f"out{k}"] for k in handle_outs], [env[f"F{k}"] for k in handle_outs],
+                             [f"entry point {ep.name!r} (parameter {info.inputs[i].name!r})" for i in consumed],
+                             env.get("err"))
     ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ",)"
     # Non-unique handle results may alias the non-unique handle arguments and each other.
     shared_outs = [k for k, o in enumerate(info.outputs) if not o.unique and o.type not in PRIMITIVES]
@@ -123,20 +139,37 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         link = [f"r = {ret}", f"join([{', '.join([f'a{i}' for i in shared_ins] + [f'r[{k}]' if len(results) > 1 else 'r' for k in shared_outs])}])"]
         ret = "r"
     unpack = f"{', '.join(args)}, = args" if n else "pass"
+    shell_args = "(" + "".join(f"h{k}, " for k in range(len(info.outputs)) if info.outputs[k].type not in PRIMITIVES) + ")"
+    consumed_args = "(" + "".join(f"a{i}, " for i in consumed) + ")"
+    # Ctrl-C (RELIABILITY.md): a KeyboardInterrupt surfaces at the first check after the C call, the
+    # end of its own CALL instruction: `step` says how far the bookkeeping got, `settle` finishes it
+    # (results owned or freed, consumed arguments invalid and freed) before it propagates.
     lines = [
         "def __call__(self, /, *args, **kwargs):",  # positional-only: a parameter may be named self
         f"    if kwargs or len(args) != {n}: return self._call_general(self._bind(args, kwargs))",
         f"    {unpack}",
         *(f"    {line}" for line in pre),
+        "    step = 0",
         "    acquire()",
         "    try:",
         "        if not state.open: raise closed()",
         *(f"        {line}" for line in live),
-        *(f"        {line}" for line in call),
+        *(f"        {line}" for line in shells),
+        "        step = 1",
+        f"        {call}",
+        *(["        if not rc:"] + [f"            {line}" for line in fill] if fill else []),
+        *(["        step = 2"] if consume else []),
+        *(f"        {line}" for line in consume),
+        "        step = 3",
+        *(f"        {line}" for line in check),
         *(f"        {line}" for line in link),
         f"        return {ret}",
-        "    except OverflowError:",  # only cffi's argument conversion raises it: name the parameter
-        "        self._convert_scalars(args)",
+        "    except BaseException as e:",
+        "        if step == 1 and type(e) is OverflowError:",  # only cffi's argument conversion raises it: name the parameter
+        "            self._convert_scalars(args)",
+        "            raise",
+        f"        if step == 1: settle(None, {shell_args}, {consumed_args})",
+        *([f"        elif step == 2: settle(rc, {shell_args}, {consumed_args})"] if consume else []),
         "        raise",
         "    finally:",
         "        release()",
@@ -146,3 +179,35 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
     fn = env["__call__"]
     fn.plan_source = source  # for reading and debugging: print(type(ep).__call__.plan_source)
     return fn
+
+
+def _settler(lib: Any, cells: list[Any], frees: list[Any], consumed_by: list[str], err: Any) -> Callable[..., None]:
+    """The bookkeeping a call plan finishes when an exception (a KeyboardInterrupt from Ctrl-C, or
+    whatever a signal handler raises) cuts it short after the C call ran. ``rc`` is None when the
+    call's return code was lost (the exception came at the end of the call's own instruction), else
+    the code. Results their shells did not take are freed (nobody will see them); consumed arguments
+    are marked consumed, which frees them (idempotent). Runs under the context lock.
+
+    ``cells``/``frees``: the out cell and free function of each handle result; ``err``: the API-mode
+    shim's message cell (NULL unless a call failed and its message was not taken yet), or None in
+    ABI mode, where a failed call leaves its message pending in the context."""
+    state, ffi = lib.context._state, lib.ffi
+
+    def settle(rc: int | None, shells: tuple[Any, ...], args: tuple[Any, ...]) -> None:
+        if rc is None:
+            if err is not None:
+                msg = err[0]
+                err[0] = ffi.NULL
+            else:
+                msg = lib.lib.futhark_context_get_error(state.ctx)
+            rc = 0 if msg == ffi.NULL else 1
+            if rc:
+                lib.lib.free(msg)
+        if rc == 0:
+            for h, cell, free in zip(shells, cells, frees):
+                if id(h) not in state.values:  # not taken by its shell
+                    free(state.ctx, cell[0])
+        for a, by in zip(args, consumed_by):
+            a._mark_consumed(by)
+
+    return settle
