@@ -142,35 +142,33 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
     shell_args = "(" + "".join(f"h{k}, " for k in range(len(info.outputs)) if info.outputs[k].type not in PRIMITIVES) + ")"
     consumed_args = "(" + "".join(f"a{i}, " for i in consumed) + ")"
     # Ctrl-C (RELIABILITY.md): a KeyboardInterrupt surfaces at the first check after the C call, the
-    # end of its own CALL instruction: `step` says how far the bookkeeping got, `settle` finishes it
-    # (results owned or freed, consumed arguments invalid and freed) before it propagates.
+    # end of its own CALL instruction, before `rc` is stored. `settle` then finishes the bookkeeping
+    # (results owned or freed, consumed arguments invalid and freed) before it propagates. The
+    # shells take the results with attribute stores only: no call, so no check, in between.
     lines = [
         "def __call__(self, /, *args, **kwargs):",  # positional-only: a parameter may be named self
         f"    if kwargs or len(args) != {n}: return self._call_general(self._bind(args, kwargs))",
         f"    {unpack}",
         *(f"    {line}" for line in pre),
-        "    step = 0",
         "    acquire()",
         "    try:",
         "        if not state.open: raise closed()",
         *(f"        {line}" for line in live),
         *(f"        {line}" for line in shells),
-        "        step = 1",
-        f"        {call}",
-        *(["        if not rc:"] + [f"            {line}" for line in fill] if fill else []),
-        *(["        step = 2"] if consume else []),
-        *(f"        {line}" for line in consume),
-        "        step = 3",
+        "        rc = None",
+        "        try:",
+        f"            {call}",
+        *(["            if not rc:"] + [f"                {line}" for line in fill] if fill else []),
+        *(f"            {line}" for line in consume),
+        "        except BaseException as e:",
+        "            if rc is None and type(e) is OverflowError:",  # only cffi's argument conversion raises it: name the parameter
+        "                self._convert_scalars(args)",
+        "                raise",
+        f"            settle(rc, {shell_args}, {consumed_args})",
+        "            raise",
         *(f"        {line}" for line in check),
         *(f"        {line}" for line in link),
         f"        return {ret}",
-        "    except BaseException as e:",
-        "        if step == 1 and type(e) is OverflowError:",  # only cffi's argument conversion raises it: name the parameter
-        "            self._convert_scalars(args)",
-        "            raise",
-        f"        if step == 1: settle(None, {shell_args}, {consumed_args})",
-        *([f"        elif step == 2: settle(rc, {shell_args}, {consumed_args})"] if consume else []),
-        "        raise",
         "    finally:",
         "        release()",
     ]
