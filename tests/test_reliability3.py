@@ -321,3 +321,188 @@ def test_plan_settles_a_call_interrupted_at_its_end(backend: str) -> None:
     """)
     assert r["live"] == 0 and r["sum"] == 6 and r["grown"] < r["n"] // 2, r
     assert r["hits"][0] > 0 and r["hits"][1] > 0, r
+
+
+# ---------------------------------------------------------------- 2: restores whose parts disagree
+
+COMPOSED = ROOT / "tests" / "programs" / "composed.fut"
+
+# Shared by the child processes below: re-encode components in Futhark's binary value format.
+ENCODE = """
+import numpy as np, struct, pickle, json
+import pybridge.futhark as pf
+from pybridge.futhark import binformat
+def parts(data):
+    return [(c.type, c.shape, np.frombuffer(data, binformat.ELEMENT_TYPES[c.type.encode()],
+             count=int(np.prod(c.shape, dtype=np.int64)) if c.rank else 1, offset=c.data_offset).reshape(c.shape).copy())
+            for c in binformat.read_values(data, "test", bools=False)]
+def encode(ps):
+    out = b""
+    for ty, shape, arr in ps:
+        out += b"b" + bytes([2, len(shape)]) + ty.encode() + struct.pack(f"<{len(shape)}q", *shape)
+        out += np.ascontiguousarray(arr, binformat.ELEMENT_TYPES[ty.encode()]).tobytes()
+    return out
+def refused(kind, data, *words):
+    try:
+        kind.restore(data)
+    except pf.ValueFormatError as e:
+        assert all(w in str(e) for w in words), (str(e), words)
+        return str(e)
+    raise AssertionError(f"accepted: {kind.name}")
+"""
+
+
+@pytest.mark.parametrize("backend", backends("c", "multicore", "cuda"))
+def test_restore_refuses_parts_that_disagree(backend: str) -> None:
+    """Issue 22, finding 2, each case: lengths of an array of records or sums that disagree, tags
+    out of range (top level, in arrays, nested where active) and pickle.loads of such bytes give
+    ValueFormatError naming the part; an inner tag or a bool where no active variant reaches is
+    what Futhark may leave there, and restores. On main 6b64b5e the length cases were accepted
+    (indexing then read past the buffer: SIGSEGV)."""
+    r = child(ENCODE + f"""
+lib = pf.load({str(COMPOSED)!r}, backend={backend!r})
+T = lib.types
+out = {{}}
+# []point: x of 1000 elements, y of 1 (the issue: 3*10^8 and 1)
+(tx, _, x), (ty, _, y) = parts(lib.pts(np.ones(3, np.float32), np.ones(3, np.float32)).store())
+out["pts"] = refused(T["[]point"], encode([(tx, (1000,), np.ones(1000)), (ty, (1,), np.ones(1))]), "disagree", "y")
+# []shape: tags of 5, payloads of 1
+(t0, _, _), (t1, _, _), (t2, _, _) = parts(lib.shapes(np.array([1., -1.])).store())
+out["shapes"] = refused(T["[]shape"], encode([(t0, (5,), np.zeros(5)), (t1, (1,), np.ones(1)), (t2, (1,), np.ones(1))]), "disagree")
+# []shape: a tag 7 of 2 variants
+ps = parts(lib.shapes(np.array([1., -1., 2.])).store())
+ps[0][2][1] = 7
+out["shape_tag"] = refused(T["[]shape"], encode(ps), "variant tag 7")
+# []nested: element 0 is #a (inner tag active), element 1 is #b (inner tag inactive)
+good = lib.nests(np.array([0, 1, 2], np.int32)).store()
+ps = parts(good)
+assert ps[0][2].tolist() == [0, 1, 2], ps[0][2]
+ps[1][2][0] = 9  # the active inner tag of element 0
+out["inner_active"] = refused(T["[]nested"], encode(ps), "variant tag 9")
+ps = parts(good)
+ps[1][2][1] = 9  # element 1 is #b: its inner tag slot is not read
+h = T["[]nested"].restore(encode(ps))
+out["inner_inactive"] = int(lib.use_nests(h))
+ps = parts(good)
+ps[0][2][2] = -1
+out["outer_negative"] = refused(T["[]nested"], encode(ps), "variant tag -1")
+# nested (a scalar sum) with an active inner tag out of range
+ps = parts(lib.nest(0).store())
+ps[1][2][()] = 5
+out["nest_inner"] = refused(T["nested"], encode(ps), "variant tag 5")
+# []flag: a bool byte 2 where the variant is #off (inactive) restores; where #on, refused
+ps = parts(lib.flags(4).store())  # tags on, off, on, off
+ps[2][2][1] = 2
+out["bool_inactive"] = int(lib.use_flags(T["[]flag"].restore(encode(ps))))
+ps[2][2][0] = 2
+out["bool_active"] = refused(T["[]flag"], encode(ps), "bool")
+# [][]point: inner dimension disagrees
+(a, s, x), (b, _, y) = parts(lib.mat(3).store())
+out["mat"] = refused(T["[][]point"], encode([(a, (3, 2), x), (b, (3, 1), y[:, :1])]), "disagree")
+# []rec2: the nested sum's tags shorter than the rest
+ps = parts(lib.r2s(4).store())
+ps[3] = (ps[3][0], (2,), ps[3][2][:2])
+out["r2s"] = refused(T["[]rec2"], encode(ps), "disagree")
+# pickle.loads of tampered bytes takes the same path
+p = lib.pts(np.ones(3, np.float32), np.ones(3, np.float32))
+good = p.store()
+(tx, _, x), (ty, _, y) = parts(good)
+bad = encode([(tx, (5,), np.ones(5)), (ty, (1,), y[:1])])  # 6 elements, as 3 + 3: the same length
+assert len(bad) == len(good)
+blob = pickle.dumps(p).replace(good, bad)
+try:
+    pickle.loads(blob)
+    out["pickle"] = "accepted"
+except pf.ValueFormatError as e:
+    out["pickle"] = str(e)
+print(json.dumps(out))
+""")
+    for k in ("pts", "shapes", "mat", "r2s"):
+        assert "disagree" in r[k], r
+    assert "y" in r["pts"] and "variant tag 9" in r["inner_active"], r
+    assert r["inner_inactive"] == 1 + 1 + 100, r  # #a -> 1, #b 1 -> 1, #c -> 100
+    assert r["bool_inactive"] == 1 + 1 + 0 + 3, r  # #on true, #off 1, #on false, #off 3
+    assert "disagree" in r["pickle"], r
+
+
+@pytest.mark.parametrize("backend", backends("c", "multicore", "cuda"))
+def test_restore_of_independently_drawn_parts_never_crashes(backend: str) -> None:
+    """Hypothesis, in a child (a crash is a failure with its signal): for each composed type, the
+    components a real store() has, each with an independently drawn length and drawn tag bytes.
+    Accepted means consistent: every array's components agree in their outer length (checked from
+    the drawn shapes, not by the code under test), and reading and computing on it works."""
+    r = child(ENCODE + f"""
+from hypothesis import given, settings, HealthCheck, strategies as st
+lib = pf.load({str(COMPOSED)!r}, backend={backend!r})
+T = lib.types
+samples = {{
+    "[]point": (lib.pts(np.ones(3, np.float32), np.ones(3, np.float32)), 1, lib.use_pts),
+    "[]shape": (lib.shapes(np.array([1., -1., 2.])), 1, lib.use_shapes),
+    "[]nested": (lib.nests(np.array([0, 1, 2], np.int32)), 1, lib.use_nests),
+    "[]flag": (lib.flags(3), 1, lib.use_flags),
+    "[]rec2": (lib.r2s(3), 1, lib.use_r2s),
+    "[][]point": (lib.mat(2), 2, lib.use_mat),
+    "nested": (lib.nest(0), 0, None),
+    "rec2": (lib.r2(1), 0, None),
+    "arrsum": (lib.asum(2), 0, None),
+    "[](i32, shape)": (lib.tups(3), 1, None),
+}}
+stats = {{"accepted": 0, "refused": 0}}
+for name, (h, rank, use) in samples.items():
+    base = parts(h.store())
+
+    @given(data=st.data())
+    @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    def fuzz(data):
+        ps = []
+        outer = data.draw(st.lists(st.integers(0, 4), min_size=rank, max_size=rank)) if rank else []
+        for ty, shape, arr in base:
+            dims = [d if data.draw(st.integers(0, 3)) else data.draw(st.integers(0, 4)) for d in outer] + \\
+                   [data.draw(st.integers(0, 3)) for _ in shape[rank:]]
+            n = int(np.prod(dims, dtype=np.int64)) if dims else 1
+            dt = binformat.ELEMENT_TYPES[ty.encode()]
+            if ty in ("  i8", "bool"):
+                vals = np.array(data.draw(st.lists(st.integers(-2, 4), min_size=n, max_size=n)), np.int8).view(dt)
+            else:
+                vals = np.arange(n).astype(dt)
+            ps.append((ty, tuple(dims), vals.reshape(dims)))
+        try:
+            v = T[name].restore(encode(ps))
+        except pf.ValueFormatError:
+            stats["refused"] += 1
+            return
+        stats["accepted"] += 1
+        if rank:
+            assert len({{p[1][:rank] for p in ps}}) == 1, ("accepted disagreeing lengths", [p[1] for p in ps])
+        v.numpy()  # every element read through Futhark
+        if use is not None:
+            use(v)
+        assert T[name].restore(v.store()).numpy() is not None
+    fuzz()
+print(json.dumps(stats))
+""")
+    assert r["accepted"] > 50 and r["refused"] > 50, r
+
+
+@pytest.mark.parametrize("backend", backends("c", "multicore", "cuda"))
+def test_every_value_futhark_stores_restores(backend: str) -> None:
+    """Round trips: whatever Futhark stores (inactive payloads included) restores to the same bytes."""
+    r = child(f"""
+import json, numpy as np, pybridge.futhark as pf
+lib = pf.load({str(COMPOSED)!r}, backend={backend!r})
+tl = pf.load({str(TYPES)!r}, backend={backend!r})
+vals = [lib.pts(np.arange(5, dtype=np.float32), np.ones(5, np.float32)), lib.pts(np.zeros(0, np.float32), np.zeros(0, np.float32)),
+        lib.shapes(np.array([1., -1., 2., -3.])), lib.shapes(np.zeros(0))]
+vals += [lib.nest(k) for k in range(3)] + [lib.nests(np.array(ks, np.int32)) for ks in ([0, 1, 2, 2, 1, 0], [], [2], [1, 1])]
+vals += [lib.asum(n) for n in (0, 1, 5)] + [lib.asums(n, m) for n, m in ((0, 0), (3, 0), (4, 2))]
+vals += [lib.flags(n) for n in (0, 1, 7)] + [lib.r2(3), lib.r2s(0), lib.r2s(4), lib.tups(3), lib.mat(0), lib.mat(3)]
+vals += [tl.make_point(1, 2), tl.circle(1.5), tl.rect(2, 3), tl.points(np.ones(3, np.float32), np.ones(3, np.float32))]
+n = 0
+for h in vals:
+    b = h.store()
+    for kind in (h.otype, pf.OpaqueKind(h.library, h.library.manifest.types[h.type_name])):  # learnt layout or not
+        assert kind.restore(b).store() == b, h.type_name
+        n += 1
+print(json.dumps({{"round_trips": n}}))
+""")
+    assert r["round_trips"] >= 60, r
