@@ -32,7 +32,7 @@ from .types import PRIMITIVES, split_array_type
 _TYPE_FIELD = {p.decode().strip(): p.decode() for p in ELEMENT_TYPES}  # "i8" -> "  i8"
 
 
-class Unknown(Exception):
+class _Unknown(Exception):
     """The layout of some part cannot be derived from the manifest (a fully opaque type)."""
 
 
@@ -75,7 +75,7 @@ def flatten(type_name: str, opaque_info: Callable[[str], Any], path: str = "", d
     """(components as (rank, 4-byte type field, path in the value), tree) of ``type_name``'s
     stored form; Unknown where a part has no structure in the manifest."""
     if depth > 32:
-        raise Unknown(type_name)
+        raise _Unknown(type_name)
     here = path or "the value"
     if type_name in PRIMITIVES:
         return [(0, _TYPE_FIELD[type_name], here)], Leaf(0)
@@ -84,7 +84,7 @@ def flatten(type_name: str, opaque_info: Callable[[str], Any], path: str = "", d
         return [(rank, _TYPE_FIELD[elem], here)], Leaf(0)
     info = opaque_info(type_name)
     if info is None:
-        raise Unknown(type_name)
+        raise _Unknown(type_name)
     if info.record is not None:
         comps: list[tuple[int, str, str]] = []
         fields = []
@@ -116,7 +116,7 @@ def flatten(type_name: str, opaque_info: Callable[[str], Any], path: str = "", d
     if arr is not None:
         c, t = flatten(arr.elemtype, opaque_info, f"{path}[]" if path else "[]", depth + 1)
         return [(r + arr.rank, ty, w) for r, ty, w in c], Array(type_name, arr.rank, t, tuple(range(len(c))))
-    raise Unknown(type_name)
+    raise _Unknown(type_name)
 
 
 def info_payload(v: Any) -> tuple[str, ...]:
@@ -188,5 +188,7 @@ class Checker:
             for p in payload:
                 self.check(p, lead, m)
 
+
+Unknown = _Unknown  # internal: flatten raises it, OpaqueKind.structure catches it
 
 __all__ = ["Checker", "Unknown", "flatten", "outer_dims"]
