@@ -48,7 +48,7 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
     api = lib.mode == "api"
     sync = any(o.type in PRIMITIVES for o in info.outputs)  # scalar results: the C API asks for a sync
     env: dict[str, Any] = {
-        "state": state, "acquire": state.lock.acquire, "release": state.lock.release, "lib": lib,
+        "state": state, "lock": state.lock, "lib": lib,
         "closed": lambda: InvalidHandleError("the Futhark context is closed"),
         "ArrayHandle": ArrayHandle, "OpaqueHandle": OpaqueHandle, "join": join, "shared": shared_with_live,
     }
@@ -150,8 +150,7 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         f"    if kwargs or len(args) != {n}: return self._call_general(self._bind(args, kwargs))",
         f"    {unpack}",
         *(f"    {line}" for line in pre),
-        "    acquire()",
-        "    try:",
+        "    with lock:",  # not acquire() then try: an interrupt between them would keep the lock
         "        if not state.open: raise closed()",
         *(f"        {line}" for line in live),
         *(f"        {line}" for line in shells),
@@ -169,8 +168,6 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         *(f"        {line}" for line in check),
         *(f"        {line}" for line in link),
         f"        return {ret}",
-        "    finally:",
-        "        release()",
     ]
     source = "\n".join(lines) + "\n"
     exec(compile(source, f"<pybridge call plan for {info.name}>", "exec"), env)
