@@ -257,9 +257,13 @@ def handle_lifecycle_machine(
                 raise outcome["error"]
             result = outcome["result"]
             for t, unique in passed:
-                if unique and outcome.get("interrupted") and t.handle.valid:
-                    # Interrupted before the C call ran: untouched (checked below, as a live handle).
-                    assert t.state == "live"
+                if unique and interrupt_after_us and t.handle.valid:
+                    # Interrupted before the C call ran: untouched. Freed then, so that the model
+                    # (and the rules Hypothesis may draw next) is the same whatever the timing.
+                    assert outcome.get("interrupted"), f"{name} returned but left {t!r} valid"
+                    self.check_read(t)
+                    t.handle.free()
+                    t.state = "freed"
                     continue
                 if unique:
                     t.state = "consumed"  # also after a failed call: the C API says so
@@ -271,7 +275,9 @@ def handle_lifecycle_machine(
                 if not unique:
                     assert t.handle.valid, f"{t!r} became invalid after a call to {name}"
                     self.check_read(t)
-            if result is not None:
+            if result is not None and interrupt_after_us:
+                to_numpy(result)  # readable; then dropped, as after an interrupt (timing-independent model)
+            elif result is not None:
                 self.take_results(name, result)
 
         # -- rules
