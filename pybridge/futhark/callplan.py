@@ -48,7 +48,8 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
     api = lib.mode == "api"
     sync = any(o.type in PRIMITIVES for o in info.outputs)  # scalar results: the C API asks for a sync
     env: dict[str, Any] = {
-        "state": state, "lock": state.lock, "lib": lib,
+        "state": state, "acquire": state.lock.acquire, "release": state.lock.release,
+        "owned": state.lock._is_owned, "lib": lib,
         "closed": lambda: InvalidHandleError("the Futhark context is closed"),
         "ArrayHandle": ArrayHandle, "OpaqueHandle": OpaqueHandle, "join": join, "shared": shared_with_live,
     }
@@ -150,7 +151,10 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         f"    if kwargs or len(args) != {n}: return self._call_general(self._bind(args, kwargs))",
         f"    {unpack}",
         *(f"    {line}" for line in pre),
-        "    with lock:",  # not acquire() then try: an interrupt between them would keep the lock
+        # acquire() inside the try: an interrupt at its end (lock taken) then still releases it;
+        # one while it waits raises without the lock, and _is_owned says so.
+        "    try:",
+        "        acquire()",
         "        if not state.open: raise closed()",
         *(f"        {line}" for line in live),
         *(f"        {line}" for line in shells),
@@ -167,7 +171,12 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         "            raise",
         *(f"        {line}" for line in check),
         *(f"        {line}" for line in link),
-        f"        return {ret}",
+        f"        res = {ret}",
+        "    except BaseException:",
+        "        if owned(): release()",
+        "        raise",
+        "    release()",
+        "    return res",
     ]
     source = "\n".join(lines) + "\n"
     exec(compile(source, f"<pybridge call plan for {info.name}>", "exec"), env)
