@@ -34,7 +34,8 @@ class AliasGroup:
 
 
 def join(handles: Iterable[Any]) -> None:
-    """Record that ``handles`` (pybridge values; None entries ignored) may share memory.
+    """Record that ``handles`` (pybridge values; None entries ignored) may share memory. Callers
+    hold the handles' context lock, so two joins never merge groups at once.
 
     Runs after every call with non-unique handle results, so it does only what changes: a handle
     already in the target group is a member of it (``h._aliases is g`` implies ``h in g.members``:
@@ -60,7 +61,7 @@ def join(handles: Iterable[Any]) -> None:
         target = max(groups, key=lambda g: len(g.members))
         for g in groups:
             if g is not target:
-                for m in list(g.members):
+                for m in _members(g):
                     m._aliases = target
                     target.members.add(m)
     add = target.members.add
@@ -80,7 +81,15 @@ def shared_with_live(handle: Any) -> bool:
     # change the other even when no other handle is live. Copy it (store/restore) every time.
     if hasattr(handle, "otype"):
         return True
-    return any(m is not handle and m.valid for m in list(g.members))
+    return any(m is not handle and m.valid for m in _members(g))
+
+
+def _members(g: AliasGroup) -> list[Any]:
+    """The live members of ``g`` now. ``list(WeakSet)`` iterates in Python and raises "Set changed
+    size during iteration" when another thread joins or drops a member meanwhile (the fast call
+    path asks ``shared_with_live`` outside the context lock); the underlying set of weak references
+    is copied in one C call instead, which no other thread can interleave with."""
+    return [m for r in g.members.data.copy() if (m := r()) is not None]
 
 
 __all__ = ["AliasGroup", "join", "shared_with_live"]

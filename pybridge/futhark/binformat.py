@@ -46,8 +46,10 @@ class Component:
         return np.frombuffer(data, dt, count=1, offset=self.data_offset)[0].item()
 
 
-def read_values(data: bytes, what: str) -> list[Component]:
-    """The components of ``data``; ValueFormatError (naming ``what`` and the offset) unless well-formed."""
+def read_values(data: bytes, what: str, bools: bool = True) -> list[Component]:
+    """The components of ``data``; ValueFormatError (naming ``what`` and the offset) unless
+    well-formed. ``bools``: refuse a bool byte other than 0 or 1 (restore checks those itself,
+    only where a sum's active variant reaches them: restorecheck.py)."""
     out: list[Component] = []
     pos, end = 0, len(data)
     if end == 0:
@@ -75,7 +77,7 @@ def read_values(data: bytes, what: str) -> list[Component]:
         nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize if rank else dtype.itemsize
         if end - pos < nbytes:
             raise ValueFormatError(f"{where}: truncated data (shape {shape} of {tag.decode().strip()} needs {nbytes} bytes, {end - pos} left)")
-        if tag == b"bool" and nbytes and np.frombuffer(data, np.uint8, count=nbytes, offset=pos).max() > 1:
+        if bools and tag == b"bool" and nbytes and np.frombuffer(data, np.uint8, count=nbytes, offset=pos).max() > 1:
             raise ValueFormatError(f"{where}: a bool element is neither 0 nor 1")
         out.append(Component(rank, tag.decode(), shape, pos))
         pos += nbytes

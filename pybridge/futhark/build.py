@@ -24,10 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from filelock import Timeout
+
 from .. import cache, toolchain
 from ..paths import cache_dir
 from .csource import MARK, harden_file
 from ..errors import PybridgeError
+
 
 LINK_FLAGS = {
     "c": ["-lm"],
@@ -108,6 +111,7 @@ def build_program(
             log.debug("%s (%s): cached in %s", src, backend, out)
             _touch(out / _STAMP)
             return so
+        _sweep_stale_builds(out.parent)  # folders of builds that were killed or interrupted
         log.info("compiling %s for the %s backend with %s (%s)", src, backend, compiler, (_compiler_version(compiler).splitlines() or ["?"])[0])
         start = time.perf_counter()
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
@@ -168,6 +172,36 @@ def _escape_carriage_returns(c_file: Path) -> None:
         c_file.write_bytes(data.replace(b"\r", b"\\r"))
 
 
+STALE_TMP_S = 60.0  # a build's temporary folder this old, whose build lock is free, is swept
+
+
+def _sweep_stale_builds(parent: Path) -> None:
+    """Remove ``.<name>.tmp*`` folders that no build uses: an interrupted build removes its own
+    folder on the way out (``finally``), but a killed process (SIGKILL, a second Ctrl-C during the
+    removal) cannot. A folder is in use exactly while its build holds ``.<name>.lock`` (flock, this
+    process's threads included), so one is removed only when that lock is free at once, and only
+    after ``STALE_TMP_S`` seconds, never a folder a build is writing."""
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    now = time.time()
+    for e in entries:
+        name, sep, _ = e.name.partition(".tmp")
+        if not (sep and name.startswith(".") and e.is_dir(follow_symlinks=False)):
+            continue
+        try:
+            if now - e.stat(follow_symlinks=False).st_mtime < STALE_TMP_S:
+                continue
+        except OSError:
+            continue
+        lock = cache.entry_lock(parent / name[1:], timeout=0)  # the entry's build lock, free at once or skipped
+        try:
+            with lock:
+                shutil.rmtree(e.path, ignore_errors=True)
+                log.info("removed the stale build folder %s", e.path)
+        except Timeout:
+            continue
 _IMPORT = re.compile(r'^\s*(?:open\s+|local\s+)*import\s+"([^"]+)"', re.MULTILINE)
 
 

@@ -48,7 +48,8 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
     api = lib.mode == "api"
     sync = any(o.type in PRIMITIVES for o in info.outputs)  # scalar results: the C API asks for a sync
     env: dict[str, Any] = {
-        "state": state, "acquire": state.lock.acquire, "release": state.lock.release, "lib": lib,
+        "state": state, "acquire": state.lock.acquire, "release": state.lock.release,
+        "owned": state.lock._is_owned, "lib": lib,
         "closed": lambda: InvalidHandleError("the Futhark context is closed"),
         "ArrayHandle": ArrayHandle, "OpaqueHandle": OpaqueHandle, "join": join, "shared": shared_with_live,
     }
@@ -86,6 +87,9 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         pre.append(f"if a{i}._aliases is not None and shared(a{i}): return self._call_general(args)")
     outs: list[str] = []
     results: list[str] = []
+    shells: list[str] = []  # under the lock, before the call: an empty handle object per handle result
+    fill: list[str] = []  # right after a successful call: the shells take the results (no call in between)
+    env["new"], env["ctxo"], env["values"] = object.__new__, lib.context, state.values
     for k, o in enumerate(info.outputs):
         prim = PRIMITIVES.get(o.type)
         if prim is not None:
@@ -96,24 +100,37 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         else:
             kind = lib.types[o.type]
             env[f"out{k}"] = lib.codec.out_cell(o.type)
-            env[f"RK{k}"] = kind
-            htype = "ArrayHandle" if isinstance(kind, ArrayKind) else "OpaqueHandle"
-            results.append(f"{htype}(lib, RK{k}, out{k}[0])")
+            env[f"RK{k}"], env[f"F{k}"] = kind, kind.free_fn
+            array = isinstance(kind, ArrayKind)
+            env[f"HT{k}"] = ArrayHandle if array else OpaqueHandle
+            shells.append(f"h{k} = new(HT{k}); k{k} = id(h{k})")
+            # ArrayHandle/OpaqueHandle.__init__ spelled out as attribute stores, registered last.
+            fill.append(
+                f"p = out{k}[0]; " + (f"h{k}.atype = RK{k}; h{k}._shape = None; " if array else f"h{k}.otype = RK{k}; ")
+                + f"h{k}.library = lib; h{k}._ctx = ctxo; h{k}._ptr = p; h{k}._free_fn = F{k}; h{k}._status = None; "
+                f"h{k}._keep = None; h{k}._aliases = None; values[k{k}] = (F{k}, p)"
+            )
+            results.append(f"h{k}")
         outs.append(f"out{k}")
     consume = [f"a{i}._mark_consumed({f'entry point {ep.name!r} (parameter {info.inputs[i].name!r})'!r})"
                for i in consumed]
+    handle_outs = [k for k, o in enumerate(info.outputs) if o.type not in PRIMITIVES]
     if api:
         env["shim"] = getattr(lib.lib, shim_name(info.cfun))
         env["err"] = ffi.new("char **")
-        call = [f"rc = shim(state.ctx, {int(sync)}, err, {', '.join(outs + c_args)})", *consume,
-                f"if rc: raise self._explained(lib.context.error_from(rc, err[0], {info.cfun!r}), args)"]
+        env["NULL"] = ffi.NULL
+        call = f"rc = shim(state.ctx, {int(sync)}, err, {', '.join(outs + c_args)})"
+        check = [f"if rc: m = err[0]; err[0] = NULL; raise self._explained(lib.context.error_from(rc, m, {info.cfun!r}), args)"]
     else:
         env["fn"] = ep._fn
         env["sync"] = lib.lib.futhark_context_sync
-        call = [f"rc = fn(state.ctx, {', '.join(outs + c_args)})", *consume,
-                f"if rc: raise self._explained(lib.context.error(rc, {info.cfun!r}), args)"]
+        call = f"rc = fn(state.ctx, {', '.join(outs + c_args)})"
+        check = [f"if rc: raise self._explained(lib.context.error(rc, {info.cfun!r}), args)"]
         if sync:
-            call += ["rc = sync(state.ctx)", "if rc: raise lib.context.error(rc, 'futhark_context_sync')"]
+            check += ["rc = sync(state.ctx)", "if rc: raise lib.context.error(rc, 'futhark_context_sync')"]
+    env["settle"] = _settler(lib, [env[f"out{k}"] for k in handle_outs], [env[f"F{k}"] for k in handle_outs],
+                             [f"entry point {ep.name!r} (parameter {info.inputs[i].name!r})" for i in consumed],
+                             env.get("err"))
     ret = results[0] if len(results) == 1 else "(" + ", ".join(results) + ",)"
     # Non-unique handle results may alias the non-unique handle arguments and each other.
     shared_outs = [k for k, o in enumerate(info.outputs) if not o.unique and o.type not in PRIMITIVES]
@@ -137,26 +154,78 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
             link.append(general)
         ret = "r"
     unpack = f"{', '.join(args)}, = args" if n else "pass"
+    shell_args = "(" + "".join(f"h{k}, " for k in range(len(info.outputs)) if info.outputs[k].type not in PRIMITIVES) + ")"
+    consumed_args = "(" + "".join(f"a{i}, " for i in consumed) + ")"
+    # Ctrl-C (RELIABILITY.md): a KeyboardInterrupt surfaces at the first check after the C call, the
+    # end of its own CALL instruction, before `rc` is stored. `settle` then finishes the bookkeeping
+    # (results owned or freed, consumed arguments invalid and freed) before it propagates. The
+    # shells take the results with attribute stores only: no call, so no check, in between.
     lines = [
-        "def __call__(self, *args, **kwargs):",
+        "def __call__(self, /, *args, **kwargs):",  # positional-only: a parameter may be named self
         f"    if kwargs or len(args) != {n}: return self._call_general(self._bind(args, kwargs))",
         f"    {unpack}",
         *(f"    {line}" for line in pre),
-        "    acquire()",
+        # acquire() inside the try: an interrupt at its end (lock taken) then still releases it;
+        # one while it waits raises without the lock, and _is_owned says so.
         "    try:",
+        "        acquire()",
         "        if not state.open: raise closed()",
         *(f"        {line}" for line in live),
-        *(f"        {line}" for line in call),
+        *(f"        {line}" for line in shells),
+        "        rc = None",
+        "        try:",
+        f"            {call}",
+        *(["            if not rc:"] + [f"                {line}" for line in fill] if fill else []),
+        *(f"            {line}" for line in consume),
+        "        except BaseException as e:",
+        "            if rc is None and type(e) is OverflowError:",  # only cffi's argument conversion raises it: name the parameter
+        "                self._convert_scalars(args)",
+        "                raise",
+        f"            settle(rc, {shell_args}, {consumed_args})",
+        "            raise",
+        *(f"        {line}" for line in check),
         *(f"        {line}" for line in link),
-        f"        return {ret}",
-        "    except OverflowError:",  # only cffi's argument conversion raises it: name the parameter
-        "        self._convert_scalars(args)",
+        f"        res = {ret}",
+        "    except BaseException:",
+        "        if owned(): release()",
         "        raise",
-        "    finally:",
-        "        release()",
+        "    release()",
+        "    return res",
     ]
     source = "\n".join(lines) + "\n"
     exec(compile(source, f"<pybridge call plan for {info.name}>", "exec"), env)
     fn = env["__call__"]
     fn.plan_source = source  # for reading and debugging: print(type(ep).__call__.plan_source)
     return fn
+
+
+def _settler(lib: Any, cells: list[Any], frees: list[Any], consumed_by: list[str], err: Any) -> Callable[..., None]:
+    """The bookkeeping a call plan finishes when an exception (a KeyboardInterrupt from Ctrl-C, or
+    whatever a signal handler raises) cuts it short after the C call ran. ``rc`` is None when the
+    call's return code was lost (the exception came at the end of the call's own instruction), else
+    the code. Results their shells did not take are freed (nobody will see them); consumed arguments
+    are marked consumed, which frees them (idempotent). Runs under the context lock.
+
+    ``cells``/``frees``: the out cell and free function of each handle result; ``err``: the API-mode
+    shim's message cell (NULL unless a call failed and its message was not taken yet), or None in
+    ABI mode, where a failed call leaves its message pending in the context."""
+    state, ffi = lib.context._state, lib.ffi
+
+    def settle(rc: int | None, shells: tuple[Any, ...], args: tuple[Any, ...]) -> None:
+        if rc is None:
+            if err is not None:
+                msg = err[0]
+                err[0] = ffi.NULL
+            else:
+                msg = lib.lib.futhark_context_get_error(state.ctx)
+            rc = 0 if msg == ffi.NULL else 1
+            if rc:
+                lib.lib.free(msg)
+        if rc == 0:
+            for h, cell, free in zip(shells, cells, frees):
+                if id(h) not in state.values:  # not taken by its shell
+                    free(state.ctx, cell[0])
+        for a, by in zip(args, consumed_by):
+            a._mark_consumed(by)
+
+    return settle

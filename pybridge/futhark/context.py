@@ -60,6 +60,7 @@ class _State:
     def __init__(self, ffi: Any, lib: Any, cfg: Any, ctx: Any):
         self.ffi, self.lib, self.cfg, self.ctx = ffi, lib, cfg, ctx
         self.open = True
+        self.ctx_freed = self.cfg_freed = False  # close() done up to there (it may be interrupted)
         self.lock = threading.RLock()
         # id(handle) -> (free function, pointer) for every live value, so close() can free them.
         self.values: dict[int, tuple[Callable[[Any, Any], int], Any]] = {}
@@ -69,22 +70,36 @@ class _State:
         """Free values, sync, free the context and its configuration, once, after the calls in
         flight finish. With a timeout (interpreter exit) a call that does not finish in time leaves
         the C objects alive (the process is ending) and only marks the context closed."""
+        if timeout < 0:
+            with self.lock:  # not acquire() then try: an interrupt between them would keep the lock
+                return self._close_locked()
         if not self.lock.acquire(timeout=timeout):
             self.open = False
             return False
         try:
-            if not self.open:
-                return True
-            self.open = False
-            for free, ptr in list(self.values.values()):
-                free(self.ctx, ptr)
-            self.values.clear()
-            self.lib.futhark_context_sync(self.ctx)
-            self.lib.futhark_context_free(self.ctx)
-            self.lib.futhark_context_config_free(self.cfg)
-            return True
+            return self._close_locked()
         finally:
             self.lock.release()
+
+    def _close_locked(self) -> bool:
+        # Resumable (RELIABILITY.md, "Ctrl-C"): a KeyboardInterrupt is raised only at the end of
+        # a call, so each value leaves the registry right before the C call that frees it, and
+        # each C object is marked gone right before its free: a close() cut short is finished
+        # by the next close() (or the finaliser), never freeing anything twice.
+        self.open = False
+        values = self.values
+        for key, (free, ptr) in list(values.items()):
+            if key in values:
+                del values[key]
+                free(self.ctx, ptr)
+        if not self.ctx_freed:
+            self.lib.futhark_context_sync(self.ctx)
+            self.ctx_freed = True
+            self.lib.futhark_context_free(self.ctx)
+        if not self.cfg_freed:
+            self.cfg_freed = True
+            self.lib.futhark_context_config_free(self.cfg)
+        return True
 
 
 _open_states: "weakref.WeakSet[_State]" = weakref.WeakSet()
@@ -279,7 +294,8 @@ class Context:
     def close(self) -> None:
         """Wait for calls in flight, then free remaining values, sync, free the context and the
         configuration. Later calls on it or its handles raise InvalidHandleError."""
-        self._finalizer()
+        self._state.close()  # finishes a close() that a KeyboardInterrupt cut short
+        self._finalizer.detach()
         self._pending_host.clear()
 
     def __enter__(self) -> "Context":

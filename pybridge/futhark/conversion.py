@@ -126,6 +126,21 @@ class Codec:
             return self.ffi.new(f"{prim.ctype} *")
         return self.ffi.new(f"{struct_name(self.library.manifest.types[type_name].ctype)} **")
 
+    def shell(self, type_name: str) -> Any:
+        """An empty handle object for a result of ``type_name`` (None for a primitive), made before
+        the call so that ``take`` after it involves no allocation that a Ctrl-C could cut short."""
+        if type_name in PRIMITIVES:
+            return None
+        return object.__new__(ArrayHandle if isinstance(self.library.types[type_name], ArrayKind) else OpaqueHandle)
+
+    def take(self, type_name: str, shell: Any, cell: Any) -> Any:
+        """The result in ``cell``: a primitive as a NumPy scalar, else ``shell`` made to own it
+        (registered last: until then, ``id(shell) in`` the context's registry is False)."""
+        if shell is None:
+            return prim_from_c(PRIMITIVES[type_name], cell[0])
+        type(shell).__init__(shell, self.library, self.library.types[type_name], cell[0])
+        return shell
+
     def from_cell(self, type_name: str, cell: Any) -> Any:
         prim = PRIMITIVES.get(type_name)
         if prim is not None:

@@ -145,7 +145,7 @@ class EntryPoint:
             raise TypeError(f"{self.name}{self.__signature__}: {e}") from None
         return tuple(bound.arguments[py] for py in self._pynames)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         # Replaced per entry point by its compiled call plan (callplan.py); this is its fallback.
         return self._call_general(self._bind(args, kwargs))
 
@@ -174,20 +174,50 @@ class EntryPoint:
                 if len(seen) != len(set(seen)):
                     raise ValueError(f"{self.name}: a consumed handle may not also be passed as another argument")
             cells = [codec.out_cell(o.type) for o in info.outputs]
+            shells = [codec.shell(o.type) for o in info.outputs]
             with ctx.lock:  # docs/DESIGN.md, "Threads"
                 for v in handles:
                     v.ptr  # still live: another thread may have freed or consumed it since conversion
-                rc = self._fn(ctx.ptr, *cells, *c_args)
-                for p, v in zip(info.inputs, values):
-                    if p.unique and isinstance(v, Value):
-                        v._mark_consumed(f"entry point {self.name!r} (parameter {p.name!r})")
+                step, rc = 1, None
+                try:
+                    rc = self._fn(ctx.ptr, *cells, *c_args)
+                    step = 2
+                    if rc == 0:
+                        for o, h, c in zip(info.outputs, shells, cells):
+                            if h is not None:
+                                codec.take(o.type, h, c)
+                    for p, v in zip(info.inputs, values):  # temporaries (copies included): freed by the scope
+                        if p.unique and isinstance(v, Value):
+                            v._mark_consumed(f"entry point {self.name!r} (parameter {p.name!r})")
+                    step = 3
+                except BaseException as e:
+                    if step == 1 and isinstance(e, (OverflowError, TypeError)):
+                        raise  # cffi refused an argument: the call did not run
+                    self._settle(rc, cells, shells, values)
+                    raise
                 if rc != 0:
                     raise self._explained(ctx.error(rc, info.cfun), values)
                 if self._scalar_out:
                     ctx.sync()
-                results = tuple(codec.from_cell(o.type, c) for o, c in zip(info.outputs, cells))
-            link_results(scope, info.outputs, results)  # results may share the arguments' memory
+                results = tuple(codec.take(o.type, h, c) if h is None else h for o, h, c in zip(info.outputs, shells, cells))
+                link_results(scope, info.outputs, results)  # results may share the arguments' memory
         return results[0] if len(results) == 1 else results
+
+    def _settle(self, rc: int | None, cells: list[Any], shells: list[Any], values: tuple[Any, ...]) -> None:
+        """After an exception (a KeyboardInterrupt from Ctrl-C) cut a call short once the C call
+        ran: results no shell took are freed, consumed arguments marked consumed (RELIABILITY.md,
+        "Ctrl-C"). ``rc`` None: the return code was lost; a failed call left Futhark's message."""
+        lib = self.library
+        state = lib.context._state
+        if rc is None:
+            rc = 0 if lib.context.last_error() is None else 1
+        if rc == 0:
+            for o, h, c in zip(self.info.outputs, shells, cells):
+                if h is not None and id(h) not in state.values:
+                    lib.types[o.type].free_fn(state.ctx, c[0])
+        for p, v in zip(self.info.inputs, values):  # temporaries are freed by the call's scope
+            if p.unique and isinstance(v, Value):
+                v._mark_consumed(f"entry point {self.name!r} (parameter {p.name!r})")
 
     def _explained(self, err: Exception, values: tuple[Any, ...]) -> Exception:
         """Futhark's "invalid sizes" names no argument: add the ones whose sizes disagree."""

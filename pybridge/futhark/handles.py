@@ -37,8 +37,9 @@ class Value:
         self._free_fn = free_fn
         self._status: str | None = None  # None while live; else why it is unusable
         self._keep = keep  # an object that must outlive the value (new_raw's owner)
-        self._ctx._state.values[id(self)] = (free_fn, ptr)  # Context.register, inlined: every result
         self._aliases: aliases.AliasGroup | None = None  # handles that may share memory (aliases.py)
+        # Context.register, inlined (every result), last: the registry says which handle owns a value.
+        self._ctx._state.values[id(self)] = (free_fn, ptr)
 
     @property
     def ptr(self) -> Any:
@@ -73,10 +74,15 @@ class Value:
         with state.lock:  # a call passing this handle in another thread finishes first, or sees it gone
             if self._status is not None:
                 return
+            key = id(self)
+            # From here to the free no call runs, so a KeyboardInterrupt (raised only at a call's
+            # end, RELIABILITY.md "Ctrl-C") finds the value either untouched or freed and unregistered.
+            # Only a registered value is freed: the registry says which handle owns it.
             self._status = status
             self._keep = None
-            if state.open:
-                state.values.pop(id(self), None)
+            values = state.values
+            if state.open and key in values:
+                del values[key]
                 rc = self._free_fn(state.ctx, self._ptr)
                 if rc != 0:
                     raise self._ctx.error(rc, "free")
@@ -138,12 +144,14 @@ class ArrayHandle(Value):
 
     @property
     def shape(self) -> tuple[int, ...]:
-        ptr = self.ptr  # a freed handle has no shape, even a cached one
-        if self._shape is None:
-            with self._ctx.lock:
-                p = self.atype.shape_fn(self._ctx.ptr, ptr)
-                self._shape = _nonnegative(tuple(int(p[i]) for i in range(self.atype.rank)), self.atype.name)
-        return self._shape
+        shape = self._shape
+        if shape is not None:
+            self.ptr  # a freed handle has no shape, even a cached one
+            return shape
+        with self._ctx.lock:  # checked under the lock: another thread may free it until then
+            p = self.atype.shape_fn(self._ctx.ptr, self.ptr)
+            self._shape = shape = _nonnegative(tuple(int(p[i]) for i in range(self.atype.rank)), self.atype.name)
+        return shape
 
     @property
     def ndim(self) -> int:

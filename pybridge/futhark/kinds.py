@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from . import aliases, binformat
+from . import aliases, binformat, restorecheck
 from .cdef import struct_name
 from .errors import ValueFormatError
 from .handles import ArrayHandle, OpaqueHandle, Value
@@ -205,7 +205,7 @@ class OpaqueKind:
             rc = self.library.fn(fn_name)(ctx.ptr, cell, *c_args)
             ctx.check(rc, fn_name)
             out = OpaqueHandle(self.library, self, cell[0])
-        aliases.join([out, *(h for h, _ in scope.handles)])  # built from those handles, no copy
+            aliases.join([out, *(h for h, _ in scope.handles)])  # built from those handles, no copy
         return out
 
     def _field_args(self, fields: Sequence[Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
@@ -223,7 +223,7 @@ class OpaqueKind:
             raise TypeError(f"{self.name}: expected {len(names)} fields {names}, got {len(args)}")
         return list(args)
 
-    def new(self, *args: Any, **kwargs: Any) -> OpaqueHandle:
+    def new(self, /, *args: Any, **kwargs: Any) -> OpaqueHandle:
         """Build a record (fields by name or position) or a tuple (components by position)."""
         rec = self.info.record
         if rec is None or rec.new is None:
@@ -239,7 +239,7 @@ class OpaqueKind:
             cell = self.library.ffi.new(f"{struct_name(self.info.ctype)} **")
             return self._call_new(rec.new, cell, c_args, [v for v in values if isinstance(v, Value)], scope)
 
-    def zip(self, *args: Any, **kwargs: Any) -> OpaqueHandle:
+    def zip(self, /, *args: Any, **kwargs: Any) -> OpaqueHandle:
         """Build an array of records from one array per field (no copy in Futhark)."""
         ra = self.info.record_array
         if ra is None or ra.zip is None:
@@ -272,13 +272,41 @@ class OpaqueKind:
             cell = self.library.ffi.new(f"{struct_name(self.info.ctype)} **")
             return self._call_new(v.construct, cell, c_args, [x for x in payload if isinstance(x, Value)], scope)
 
+    def structure(self) -> tuple[list[tuple[int, str, str]], Any] | None:
+        """The stored form's components (rank, type field, path) and tree, derived from the
+        manifest (restorecheck.flatten); None where some part has no structure there."""
+        if not hasattr(self, "_structure"):
+            types = self.library.manifest.types
+            try:
+                self._structure = restorecheck.flatten(
+                    self.name, lambda t: types[t] if t in types and isinstance(self.library.types.get(t), OpaqueKind) else None)
+            except (restorecheck.Unknown, KeyError):
+                self._structure = None
+        return self._structure
+
+    def _check_parts(self, comps: Sequence[binformat.Component], raw: bytes, what: str) -> None:
+        """The components agree with each other (restorecheck.py): outer lengths of arrays of
+        records and sums, tags in range and bools 0 or 1 wherever an active variant reaches."""
+        derived = self.structure()
+        if derived is not None and [(r, t) for r, t, _ in derived[0]] == [(c.rank, c.type) for c in comps]:
+            paths = [p for _, _, p in derived[0]]
+            names = lambda i: f"component {i} ({paths[i]})"  # noqa: E731
+            restorecheck.Checker(comps, raw, what, names).check(derived[1], 0, None)
+            return
+        # No derivable layout: what holds for every value of an array type, and every bool.
+        names = lambda i: f"component {i}"  # noqa: E731
+        arr = self.info.record_array or self.info.opaque_array
+        if arr is not None:
+            restorecheck.outer_dims(comps, arr.rank, what, names)
+        binformat.read_values(raw, what)  # bools 0 or 1 everywhere, as before
+
     def restore(self, data: bytes) -> OpaqueHandle:
         """Rebuild a value from ``OpaqueHandle.store()`` bytes."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"{self.name}.restore: expected bytes, got {type(data).__name__}")
         what = f"{self.name}.restore"
         raw = bytes(data)
-        comps = binformat.read_values(raw, what)  # Futhark would read past a truncated buffer
+        comps = binformat.read_values(raw, what, bools=False)  # Futhark would read past a truncated buffer
         found = [(c.rank, c.type) for c in comps]
         if self.layout is not None and found != self.layout:
             raise ValueFormatError(f"{what}: the bytes hold components {found}, a {self.name} value has {self.layout}")
@@ -287,6 +315,7 @@ class OpaqueKind:
             tag = comps[0].scalar(raw) if found[0] == (0, "  i8") else None
             if tag is None or not 0 <= int(tag) < len(s.variants):
                 raise ValueFormatError(f"{what}: the variant tag {tag!r} is not one of the {len(s.variants)} variants")
+        self._check_parts(comps, raw, what)
         # Without a learnt layout, zero padding makes any header Futhark expects beyond the
         # components present fail its own check instead of reading past the buffer.
         pad = 0 if self.layout is not None else 16 * self._max_components()

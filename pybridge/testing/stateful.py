@@ -35,6 +35,7 @@ everything and checks the count is back to the baseline.
 from __future__ import annotations
 
 import gc
+import signal
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -66,6 +67,10 @@ class Tracked:
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+
+
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def handle_lifecycle_machine(
@@ -133,6 +138,7 @@ def handle_lifecycle_machine(
         return inputs(spec, max_size=max_size, min_value=-1e6, max_value=1e6, ranges=r)
 
     strategies = {n: entry_strategy(n) for n in plain + consuming}
+    stored = [r for r in records if {"store", "restore"} <= set(manifest.types[r].ops)]
     array_infos = {n: manifest.types[n] for n in creatable}
 
     class HandleMachine(RuleBasedStateMachine):
@@ -189,7 +195,8 @@ def handle_lifecycle_machine(
                     if callable(free):
                         free()
 
-        def call(self, data: st.DataObject, name: str, chosen: Tracked | None, in_thread: bool = False) -> None:
+        def call(self, data: st.DataObject, name: str, chosen: Tracked | None, in_thread: bool = False,
+                 interrupt_after_us: int = 0) -> None:
             ep = lib.entry_points[name]
             info = manifest.entry_points[name]
             case = data.draw(strategies[name], label=f"{name} inputs")
@@ -225,7 +232,16 @@ def handle_lifecycle_machine(
 
             def run() -> None:
                 try:
-                    outcome["result"] = ep(*args)
+                    if interrupt_after_us:  # SIGALRM's handler raises KeyboardInterrupt, as Ctrl-C's does
+                        signal.setitimer(signal.ITIMER_REAL, interrupt_after_us * 1e-6)
+                    try:
+                        outcome["result"] = ep(*args)
+                    finally:
+                        if interrupt_after_us:
+                            signal.setitimer(signal.ITIMER_REAL, 0)
+                except KeyboardInterrupt:
+                    outcome["result"] = None
+                    outcome["interrupted"] = True
                 except FutharkError:
                     outcome["result"] = None  # e.g. sizes that do not match: an allowed outcome
                 except BaseException as e:  # re-raised in the machine's thread
@@ -241,13 +257,27 @@ def handle_lifecycle_machine(
                 raise outcome["error"]
             result = outcome["result"]
             for t, unique in passed:
+                if unique and interrupt_after_us and t.handle.valid:
+                    # Interrupted before the C call ran: untouched. Freed then, so that the model
+                    # (and the rules Hypothesis may draw next) is the same whatever the timing.
+                    assert outcome.get("interrupted"), f"{name} returned but left {t!r} valid"
+                    self.check_read(t)
+                    t.handle.free()
+                    t.state = "freed"
+                    continue
                 if unique:
                     t.state = "consumed"  # also after a failed call: the C API says so
+                    assert not t.handle.valid, f"{t!r} is still valid after {name} consumed it"
+            for t, unique in passed:
+                if unique and t.state == "live":
+                    self.check_read(t)
             for t, unique in passed:
                 if not unique:
                     assert t.handle.valid, f"{t!r} became invalid after a call to {name}"
                     self.check_read(t)
-            if result is not None:
+            if result is not None and interrupt_after_us:
+                to_numpy(result)  # readable; then dropped, as after an interrupt (timing-independent model)
+            elif result is not None:
                 self.take_results(name, result)
 
         # -- rules
@@ -345,6 +375,42 @@ def handle_lifecycle_machine(
                 name, t = data.draw(st.sampled_from(options), label="entry point and handle")
                 self.call(data, name, t)
                 assert t.state == "consumed"
+
+        if plain or consuming:
+
+            @precondition(lambda self: threading.current_thread() is threading.main_thread())
+            @rule(data=st.data(), name=st.sampled_from(plain + consuming), after_us=st.integers(1, 400))
+            def interrupted_call(self, data: st.DataObject, name: str, after_us: int) -> None:
+                """Ctrl-C at a drawn moment of a call: its results are owned or freed (the
+                live-values invariant), a consumed argument is invalid or untouched."""
+                previous = signal.signal(signal.SIGALRM, _raise_keyboard_interrupt)
+                try:
+                    self.call(data, name, None, interrupt_after_us=after_us)
+                finally:
+                    signal.signal(signal.SIGALRM, previous)
+
+        if stored:
+
+            @precondition(lambda self: any(self.live(r) for r in stored))
+            @rule(data=st.data())
+            def restore(self, data: st.DataObject) -> None:
+                """store() then restore() of a live record: the same value, a new handle; the bytes
+                tampered (the last byte cut, or one added) raise ValueFormatError."""
+                from ..futhark import ValueFormatError
+
+                t = data.draw(st.sampled_from([x for r in stored for x in self.live(r)]), label="record")
+                kind = lib.types[t.type_name]
+                b = t.handle.store()
+                r = kind.restore(b)
+                self.tracked.append(Tracked(r, t.type_name, self.record_model(r), origin=f"restore of {t!r}"))
+                self.check_read(self.tracked[-1])
+                bad = b[:-1] if data.draw(st.booleans(), label="cut the last byte") else b + b"\0"
+                try:
+                    kind.restore(bytes(bad))
+                except ValueFormatError:
+                    pass
+                else:
+                    raise AssertionError(f"{t.type_name}.restore accepted tampered bytes")
 
         @invariant()
         def live_handles_keep_their_values(self) -> None:
