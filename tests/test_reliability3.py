@@ -166,6 +166,7 @@ def test_stale_build_folders_are_swept_but_never_one_in_use(tmp_path: Path, monk
     process) or it is younger than STALE_TMP_S."""
     import threading
 
+    from pybridge import cache
     from pybridge.futhark import build
 
     monkeypatch.setenv("PYBRIDGE_CACHE", str(tmp_path / "cache"))
@@ -179,7 +180,7 @@ def test_stale_build_folders_are_swept_but_never_one_in_use(tmp_path: Path, monk
     held, release = threading.Event(), threading.Event()
 
     def hold_in_thread() -> None:
-        with build._build_lock(parent / ".busy-000000000000.lock"):
+        with cache.entry_lock(parent / "busy-000000000000"):  # the build lock of that entry
             held.set()
             release.wait(60)
 
