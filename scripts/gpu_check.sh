@@ -5,6 +5,12 @@
 set -u
 export PYTHONUNBUFFERED=1 PYBRIDGE_GPU_EXAMPLES=${PYBRIDGE_GPU_EXAMPLES:-20}
 source .gpu-wheels/install.sh
+# The Futhark compiler, when carried (tar of .tools/futhark + .tools/bin, made on the development
+# machine): tests that build a .fut for cuda there (pf.load("x.fut", backend="cuda")) then run.
+if [ -f .carry-futhark/futhark.tar.xz ] && [ -z "${FUTHARK:-}" ]; then
+  mkdir -p /tmp/futhark-tools && tar xJf .carry-futhark/futhark.tar.xz -C /tmp/futhark-tools \
+    && export FUTHARK=/tmp/futhark-tools/bin/futhark && echo "futhark: $($FUTHARK --version | head -1)"
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
 echo "== make cuda"; make cuda 2>&1 | grep -E "error|warning|skipped" | head -20
 echo "== futhark cuda libraries from carried generated C"
