@@ -35,11 +35,20 @@ def backends(*names: str) -> list:
     return [pytest.param(b, marks=[pytest.mark.gpu] if b == "cuda" else [], id=b) for b in names]
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child interpreter: it imports the pybridge under test (installed or the
+    source tree), and keeps the caller's PYTHONPATH (the GPU machine's carried wheels are there)."""
+    import pybridge
+
+    where = str(Path(pybridge.__file__).resolve().parent.parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([where, *filter(None, [os.environ.get("PYTHONPATH")])]), **extra}
+
+
 def child(code: str, timeout: float = 600) -> dict:
     """Run ``code`` in a fresh interpreter; its last stdout line is JSON, returned. A signal or a
     nonzero status fails the test with the child's output."""
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          timeout=timeout, cwd=ROOT, env=child_env())
     out = proc.stdout + proc.stderr
     if proc.returncode < 0:
         pytest.fail(f"the child died of {signal.Signals(-proc.returncode).name}\n{out[-3000:]}")
@@ -221,7 +230,7 @@ def test_an_interrupted_build_leaves_no_folder(tmp_path: Path) -> None:
         else:
             print("finished")
     """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "PYBRIDGE_CACHE": str(cache)})
+        env=child_env(PYBRIDGE_CACHE=str(cache)))
     parent = cache / "programs" / "multicore"
     import time
 
@@ -245,7 +254,7 @@ INTERRUPTS = Path(__file__).with_name("interrupt_scenarios.py")
 def interrupt_scenario(name: str, backend: str, **params: int) -> dict:
     args = [sys.executable, str(INTERRUPTS), name, backend, *(f"{k}={v}" for k, v in params.items())]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env=child_env())
     out = proc.stdout + proc.stderr
     if proc.returncode < 0:
         pytest.fail(f"{name}: the process died of {signal.Signals(-proc.returncode).name}\n{out[-3000:]}")
