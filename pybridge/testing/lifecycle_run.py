@@ -42,7 +42,7 @@ def run_batch(programs: Sequence[str], backend: str, sequences: int, steps: int)
     share = max(1, sequences // len(programs))
     for prog in programs:
         with pf.load(prog, backend=backend) as lib:
-            machine = handle_lifecycle_machine(lib, max_size=6)
+            machine = handle_lifecycle_machine(lib, max_size=6, interrupts=os.environ.get("PYBRIDGE_LIFECYCLE_INTERRUPTS") == "1")
             run_state_machine_as_test(
                 machine,
                 settings=settings(
@@ -107,12 +107,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=1, help="batches run at once (each in its own process)")
+    ap.add_argument("--interrupts", action="store_true",
+                    help="also interrupt calls at random moments (KeyboardInterrupt by SIGALRM; sets PYBRIDGE_LIFECYCLE_INTERRUPTS=1 for the batches)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     for name, least in (("sequences", 0), ("batch", 1), ("jobs", 1)):
         value = getattr(args, name)
         if value is not None and value < least:
             ap.error(f"--{name} must be at least {least}, got {value}")
+    if args.interrupts:
+        os.environ["PYBRIDGE_LIFECYCLE_INTERRUPTS"] = "1"  # the batches' child processes inherit it
     n = args.sequences if args.sequences is not None else profile_sequences()
     if args.child:
         print(json.dumps(run_batch(args.programs, args.backend, n, args.steps)))
