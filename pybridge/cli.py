@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from . import paths
+from .bench.common import positive_int
 from .errors import PybridgeError
 
 log = logging.getLogger(__name__)
@@ -276,16 +277,6 @@ def cmd_cache(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
-
-
 def _setup_logging(level: int) -> logging.Handler:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("pybridge: %(message)s"))
@@ -308,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("info", parents=[verbosity], help="what is available: compilers, backends built, GPU, PyCUDA, CuPy").set_defaults(func=cmd_info)
     d = sub.add_parser("demo", parents=[verbosity], help="run every built example on the best backend, check against NumPy")
     d.add_argument("examples", nargs="*", help="example names (default: all demo examples)")
-    d.add_argument("--size", type=_positive, default=None, help="problem size (default: each example's own)")
+    d.add_argument("--size", type=positive_int, default=None, help="problem size (default: each example's own)")
     d.set_defaults(func=cmd_demo)
     b = sub.add_parser("build", parents=[verbosity], help="compile your own .fut program (a library) or .cu file (cubin + PTX) for pybridge")
     b.add_argument("source", help="path to prog.fut or kernels.cu")

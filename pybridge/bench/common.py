@@ -16,7 +16,7 @@ def positive_int(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a number >= 1 (a positive integer), got {value}")
     return value
 
 
