@@ -255,6 +255,55 @@ def test_the_named_wrap_points(so: Path) -> None:
     check(WRAP_POINTS, run_calls(so, WRAP_POINTS))
 
 
+# ---------------------------------------------------------------- arrays no device can hold (cuda)
+
+DEVICE_LIMIT = 2**44  # bytes (16 TiB): more than any GPU's memory, managed or not
+
+
+@st.composite
+def too_large_for_a_device(draw) -> tuple[str, list[int]]:
+    """A call whose largest array needs 2^44 .. 2^63 - 1 bytes (its byte count does not wrap)."""
+    name = draw(st.sampled_from(sorted(n for n in ENTRIES if n != "flat")))
+    nsizes, arrays, _, _ = ENTRIES[name]
+    dims = [draw(st.integers(1, 2**12)) for _ in range(nsizes)]
+    axes, width = arrays[-1]  # the array over every size parameter
+    i = draw(st.sampled_from(axes))
+    rest = math.prod(dims[j] for j in axes if j != i) * width
+    low, high = -(-DEVICE_LIMIT // rest), (2**63 - 1) // rest
+    assume(low <= high)
+    dims[i] = draw(st.integers(low, high) | st.sampled_from([low, high]))
+    return name, dims
+
+
+def check_refused(calls: list[tuple[str, list[int]]], results: list[dict]) -> None:
+    for (name, dims), r in zip(calls, results):
+        where = f"{name}({', '.join(map(str, dims))})"
+        assert r["outcome"] == "OutOfMemoryError", f"{where}: {r['outcome']} {r.get('shape', r.get('message', ''))!r}"
+        assert r["sane"], f"{where}: the context computes wrongly after the refusal"
+
+
+@pytest.mark.parametrize("so", library_sources("wrap", ("cuda",)))
+@given(calls=st.lists(too_large_for_a_device(), min_size=CALLS, max_size=CALLS))
+@settings(max_examples=max(2, EXAMPLES // 2), deadline=None, suppress_health_check=list(HealthCheck))
+def test_arrays_larger_than_the_device_are_refused(so: Path, calls) -> None:
+    """cuda, plain device allocations: `iota (2**58)` (2^61 bytes) and `rep_u8_3(2**40, 2**10, 2**10)`
+    returned handles with no error, and after `sums(2**61)` every call failed (cuMemAlloc's
+    out-of-memory was ignored: pybridge.futhark.csource, "gpu-alloc-error")."""
+    named = [("iot", [2**58]), ("rep_u8_3", [2**40, 2**10, 2**10]), ("sums", [2**58]), ("parts", [2**40, 2**4])]
+    check_refused(named + calls, run_calls(so, named + calls))
+
+
+def test_a_refused_device_allocation_is_an_error_in_the_c() -> None:
+    ignored = "    (void) gpu_alloc(ctx, ctx->log, (size_t) size, desc, &block->mem, (size_t *) &size);\n"
+    text, applied = harden("int x;\n" + ignored + "int y;\n")
+    assert "gpu-alloc-error" in applied and "(void) gpu_alloc" not in text
+    assert "!= FUTHARK_SUCCESS && ctx->error == NULL" in text and harden(text) == (text, [])
+    for f in _generated_c():  # cuda's where make futhark FUTHARK_BACKEND=cuda generated it
+        body = f.read_text()
+        if "int memblock_alloc_device(" in body:
+            assert "(void) gpu_alloc(" not in body and "pybridge: gpu-alloc-error" in body, f
+
+
 def _program(name: str, backend: str) -> Path | None:
     return find_build_file(Path("futhark") / backend / f"lib{name}.so")
 
@@ -290,7 +339,9 @@ def test_the_projects_programs_at_wrapping_sizes(backend: str) -> None:
 
 
 def _generated_c() -> list[Path]:
-    return sorted(p for p in (ROOT / "build").glob("*/*/*.c") if p.with_suffix(".json").exists())
+    # what make built (build/package-gpu holds raw C that `pybridge package` hardens when it builds)
+    found = [p for d in ("futhark", "reference") for p in (ROOT / "build" / d).glob("*/*.c")]
+    return sorted(p for p in found if p.with_suffix(".json").exists())
 
 
 def test_every_allocation_size_in_the_built_c_is_checked() -> None:

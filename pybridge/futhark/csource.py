@@ -33,6 +33,11 @@ kill the process (measured with Futhark 0.25.32, c and multicore backends):
   and returns the stale code 2 (no message). The fix clears the flag when an API function takes
   the context lock (the calls are serialised by it, and every task of the previous call has been
   joined).
+- cuda: ``memblock_alloc_device`` ignores what ``gpu_alloc`` returns and tests ``ctx->error``,
+  which a refused ``cuMemAlloc`` (``CUDA_ERROR_OUT_OF_MEMORY``) does not set: the block was taken
+  as allocated with a stale pointer (``iota (2**58)`` returned a handle), and freeing it put that
+  pointer on the free list, so every later call of the context failed. The fix records an error
+  when ``gpu_alloc`` fails, which the function already turns into ``FUTHARK_OUT_OF_MEMORY``.
 
 Applied by ``pybridge build`` / ``pybridge.futhark.load("prog.fut")`` and by ``make`` (this file
 runs as a script: ``python3 pybridge/futhark/csource.py prog.c``). Standard library only. Each fix
@@ -45,7 +50,7 @@ import re
 import sys
 from pathlib import Path
 
-MARK = "/* pybridge: hardened v5 */"  # part of pybridge build's cache key: a new fix rebuilds
+MARK = "/* pybridge: hardened v6 */"  # part of pybridge build's cache key: a new fix rebuilds
 
 _MALLOC = "    *mem_out = malloc(size);\n"
 _MALLOC_CHECKED = (
@@ -82,6 +87,17 @@ _SZMUL = (
     "}\n"
 )
 _STDINT = "#include <stdint.h>\n"
+
+# ---- a failed device allocation
+# memblock_alloc_device ignores gpu_alloc's result and tests ctx->error instead, but cuMemAlloc's
+# CUDA_ERROR_OUT_OF_MEMORY comes back as FUTHARK_OUT_OF_MEMORY with no error set: the block was
+# then taken as allocated, with whatever pointer it held (a 2^60-byte array "succeeded"; freed, the
+# garbage pointer went to the free list and broke every later call of the context).
+_GPU_ALLOC_IGNORED = "    (void) gpu_alloc(ctx, ctx->log, (size_t) size, desc, &block->mem, (size_t *) &size);\n"
+_GPU_ALLOC_CHECKED = (
+    "    if (gpu_alloc(ctx, ctx->log, (size_t) size, desc, &block->mem, (size_t *) &size) != FUTHARK_SUCCESS && ctx->error == NULL)\n"
+    "      set_error(ctx, msgprintf(\"The device could not allocate %lld bytes for %s.\\n\", (long long) size, desc)); /* pybridge: gpu-alloc-error */\n"
+)
 # memblock_alloc, memblock_alloc_device (and other spaces): refuse the two sentinels first.
 _ALLOC_HEAD = re.compile(
     r"(?m)^(int memblock_alloc\w*\(struct futhark_context \*ctx, struct memblock\w* \*block, int64_t size, const char \*desc\)\n\{\n)"
@@ -233,6 +249,9 @@ def harden(text: str) -> tuple[str, list[str]]:
         at = text.find(_STDINT) + len(_STDINT)
         text = text[:at] + _SZMUL + text[at:]
         applied.append(f"size-overflow ({n} sizes)")
+    if _GPU_ALLOC_IGNORED in text:
+        text = text.replace(_GPU_ALLOC_IGNORED, _GPU_ALLOC_CHECKED)
+        applied.append("gpu-alloc-error")
     if "ctx->scheduler.error = 0; /* pybridge" not in text:
         text, n = _LOCKED.subn(_LOCKED_RESET, text)
         if n:
