@@ -26,9 +26,14 @@ import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .ordering import LEGACY as LEGACY_STREAM
+
+if TYPE_CHECKING:
+    from .futhark.gpustream import FutharkStream
 
 __all__ = [
     "ArrayInfo",
@@ -620,9 +625,9 @@ def restore_current_context(previous: int) -> None:
 
 # ------------------------------------------------------------------ Futhark cuda handles <-> CUDA
 
-# Per exported handle, what cannot change while it lives: (pointer, shape, typestr, device).
+# Per exported handle, what cannot change while it lives: (pointer, shape, typestr, device, stream).
 # Keyed by id() with a weak reference that drops the entry when the handle dies (no id reuse).
-_futhark_exports: dict[int, tuple[Any, tuple[int, tuple[int, ...], str, int]]] = {}
+_futhark_exports: dict[int, tuple[Any, tuple[int, tuple[int, ...], str, int, int | None]]] = {}
 
 
 def _pointer_device(ptr: int) -> int:
@@ -634,14 +639,16 @@ def _pointer_device(ptr: int) -> int:
     return int(value.value) if rc == 0 else 0  # 9: CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 
 
-def _futhark_export(handle: Any, dlpack: bool = False) -> tuple[int, tuple[int, ...], str, int]:
-    """(pointer, shape, typestr, device) of a cuda-backend array handle whose data is ready.
+def _futhark_export(handle: Any, dlpack: bool = False) -> tuple[int, tuple[int, ...], str, int, int | None]:
+    """(pointer, shape, typestr, device, stream) of an array handle, for export.
 
-    The first export of a value syncs its Futhark context: Futhark runs on a context and stream of
-    its own, which no consumer stream can be ordered after, so ``stream`` must be None and the
-    data complete. Futhark values are immutable (a consuming entry point invalidates the handle),
-    so after that one sync the data, pointer and shape stay as they are while the handle lives:
-    later exports check only that the handle is still valid.
+    ``stream`` is Futhark's CUDA stream, on which the value may still be being computed: a consumer
+    orders after it on the device (the CAI's ``stream``; ``__dlpack__`` makes the consumer's stream
+    wait for it). It is None when the data is complete: a library without pybridge's stream
+    accessors, or a context with work that may still fail (a kernel's bounds check), is synced
+    instead, so that an error is raised rather than its data handed on. Futhark values are
+    immutable (a consuming entry point invalidates the handle), so pointer, shape and stream stay
+    as they are while the handle lives: later exports check only that it is still valid.
     """
     key = id(handle)
     entry = _futhark_exports.get(key)
@@ -659,17 +666,25 @@ def _futhark_export(handle: Any, dlpack: bool = False) -> tuple[int, tuple[int, 
         raise AttributeError(f"{what}, not {backend}")
     handle.ptr  # InvalidHandleError once freed, consumed or closed  # noqa: B018
     ptr = handle.data_pointer()
-    handle._ctx.sync()
+    from .futhark.gpustream import futhark_stream  # here: pybridge.futhark imports this module
+
+    stream = None
+    fs = futhark_stream(handle.library) if backend == "cuda" else None
+    with handle._ctx.lock:
+        if fs is not None and not fs.may_fail():
+            stream = fs.stream
+        else:
+            handle._ctx.sync()
     device = (_pointer_device(ptr) if ptr else 0) if backend == "cuda" else -1  # -1: host memory
-    state = (ptr, handle.shape, handle.dtype.str, device)
+    state = (ptr, handle.shape, handle.dtype.str, device, stream)
     _futhark_exports[key] = (weakref.ref(handle, lambda _r, k=key: _futhark_exports.pop(k, None)), state)
     return state
 
 
 def futhark_cai(handle: Any) -> dict[str, Any]:
-    """``ArrayHandle.__cuda_array_interface__`` (v3, ``stream`` None: see :func:`_futhark_export`)."""
-    ptr, shape, typestr, _ = _futhark_export(handle)
-    return {"shape": shape, "typestr": typestr, "data": (ptr, False), "strides": None, "version": 3, "stream": None}
+    """``ArrayHandle.__cuda_array_interface__`` (v3; ``stream``: see :func:`_futhark_export`)."""
+    ptr, shape, typestr, _, stream = _futhark_export(handle)
+    return {"shape": shape, "typestr": typestr, "data": (ptr, False), "strides": None, "version": 3, "stream": stream}
 
 
 # Futhark backends whose arrays live in host memory (DLPack device kDLCPU).
@@ -688,39 +703,93 @@ def futhark_dlpack(handle: Any, *, stream: Any = None, max_version: Any = None, 
     a zero-copy view there). Freeing the handle explicitly while a consumer still uses the memory
     is the caller's error, as for the CAI.
 
-    The data is complete before the capsule exists (same sync as the CAI), so the consumer's
-    ``stream`` needs no ordering; it is checked only for the value DLPack forbids (0)."""
+    Ordering (DLPack's rule): the consumer's ``stream`` (None: the legacy default stream) waits on
+    the device for Futhark's stream; -1 asks for no ordering; 0 is refused (ambiguous)."""
     if copy:
         raise BufferError("Futhark handles export without a copy (copy=True was asked)")
     if stream == 0:
         raise ValueError("DLPack stream 0 is ambiguous; use 1 (legacy) or 2 (per-thread default)")
-    ptr, shape, typestr, device = _futhark_export(handle, dlpack=True)
+    ptr, shape, typestr, device, producer = _futhark_export(handle, dlpack=True)
     where = (KDLCPU, 0) if device < 0 else (KDLCUDA, device)
     if dl_device is not None and tuple(dl_device) != where:
         raise BufferError(f"this Futhark array lives on {where}, not {tuple(dl_device)}")
+    if producer is not None and stream != -1:
+        from .futhark.gpustream import futhark_stream
+
+        consumer = LEGACY_STREAM if stream is None else operator.index(stream)
+        fs = futhark_stream(handle.library)
+        assert fs is not None  # a stream was exported: the library has the accessors
+        fs.signal(consumer)
     versioned = max_version is not None and tuple(max_version) >= (1, 0)
     return export_dlpack(ptr, shape, np.dtype(typestr), device_type=where[0], device_id=where[1], owner=handle,
                          versioned=versioned)
 
 
-def futhark_view_of(obj: Any, dtype: np.dtype, rank: int) -> tuple[int, tuple[int, ...], bool]:
+def futhark_view_of(obj: Any, dtype: np.dtype, rank: int,
+                    into: FutharkStream | None = None) -> tuple[int, tuple[int, ...], bool]:
     """(pointer, shape, plain) for ``ArrayKind.from_cuda``: a C-contiguous CAI array of ``dtype``,
-    whose producer stream has finished (Futhark reads it from its own context and stream). ``plain``:
-    the shape has ``rank`` non-negative exact ints (the :func:`plain_cai` form)."""
+    ordered after its producer: Futhark's stream (``into``) waits on the device for the producer's
+    stream, or without ``into`` the host waits for it. ``plain``: the shape has ``rank``
+    non-negative exact ints (the :func:`plain_cai` form)."""
+    if type(obj).__module__ == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
+        view = _torch_view(obj, dtype, rank)
+        if view is not None:
+            _order_after_producer(obj, {"version": 2}, None, into)
+            return view[0], view[1], True
     try:
         cai = obj.__cuda_array_interface__  # read once: some producers (PyTorch) build it in Python
     except AttributeError:
         raise TypeError(f"from_cuda: {type(obj).__name__} has no __cuda_array_interface__") from None
     fast = plain_cai_of(cai, dtype.str)
     if fast is not None and len(fast[2]) == rank:
-        stream = fast[4]
-        if stream is not None:
-            stream_synchronize(stream)
+        _order_after_producer(obj, cai, fast[4], into)
         return fast[0], fast[2], True
     info = cai_info(obj, cai)
     if info.dtype != dtype:
         raise TypeError(f"from_cuda: expected dtype {dtype}, got {info.dtype}")
     if not info.c_contiguous:
         raise ValueError("from_cuda: the array must be C-contiguous")
-    wait_for_producer(info)
+    _order_after_producer(obj, cai, info.stream, into)
     return info.ptr, info.shape, False
+
+
+def _order_after_producer(obj: Any, cai: Any, stream: int | None, into: FutharkStream | None) -> None:
+    if stream is None and cai.get("version") == 2:
+        stream = _torch_stream(obj)  # PyTorch's CAI (v2) names no stream, and PyTorch does not sync
+    if stream is None:
+        return  # CAI v3: the producer says the data is ready
+    if into is not None:
+        into.wait_for(stream)
+    else:
+        stream_synchronize(stream)
+
+
+_torch_dtypes: dict[Any, np.dtype] = {}
+
+
+def _torch_view(t: Any, dtype: np.dtype, rank: int) -> tuple[int, tuple[int, ...]] | None:
+    """(pointer, shape) of a plain PyTorch CUDA tensor of ``dtype`` and ``rank`` (contiguous, no
+    grad, no lazy conjugate or negation), read directly: what its CAI says, without the dictionary
+    PyTorch builds in Python for it. None for anything else (the CAI path decides and explains)."""
+    if not _torch_dtypes:
+        import torch
+
+        for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"):
+            _torch_dtypes[getattr(torch, name)] = np.dtype(name)
+    if _torch_dtypes.get(t.dtype) != dtype or t.dim() != rank or not t.is_cuda or t.requires_grad:
+        return None
+    if not t.is_contiguous() or t.is_conj() or t.is_neg():
+        return None
+    return t.data_ptr(), tuple(t.shape)
+
+
+def _torch_stream(obj: Any) -> int | None:
+    """The current stream of a PyTorch CUDA tensor's device (1 for the legacy default), else None."""
+    if not type(obj).__module__.startswith("torch"):
+        return None
+    import torch  # the tensor's own module: already imported
+
+    index = obj.device.index if obj.device.index is not None else torch.cuda.current_device()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton uses: no Stream object made
+    handle = raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+    return int(handle) or LEGACY_STREAM

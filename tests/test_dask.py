@@ -404,9 +404,34 @@ def test_scaling_benchmark_rows():
     p = argparse.ArgumentParser()
     scaling.add_arguments(p)
     rows = scaling.run(p.parse_args(["--workers", "1", "--saxpy-size", "5000", "--matmul-size", "24", "--repeat", "1"]))
-    assert [r["benchmark"] for r in rows] == ["saxpy strong"] * 2 + ["saxpy weak"] + ["matmul strong"] * 2 + ["matmul weak"]
+    assert [r["benchmark"] for r in rows] == ["saxpy strong"] * 4 + ["saxpy weak"] * 3 + ["matmul strong"] * 4 + ["matmul weak"] * 3
     assert all(r["median_us"] > 0 and r["size"] > 0 and r["impl"] for r in rows) and scaling.HELP
-    assert {r["impl"] for r in rows} == {"direct (no Dask, 1 device)", "dask 1 worker"}
+    assert {r["impl"] for r in rows} == {"direct (no Dask, 1 device)", "dask 1 worker", "Dask + NumPy, same graph, 1 worker",
+                                         "Dask alone (blocks passed through), 1 worker"}
+
+
+def test_a_scattered_whole_argument_is_not_shipped_with_each_graph():
+    """matmul's whole B given as pbd.scatter(client, b): the graph names a future (a few bytes),
+    and every block gets the whole B; as a plain NumPy array it is in the graph itself."""
+    import pickle
+
+    from distributed import Client
+
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((64, 32), dtype=np.float32), rng.standard_normal((32, 16), dtype=np.float32)
+    with pbd.local_cluster(n_workers=1) as cluster, Client(cluster) as client:
+        mm = ref("matmul", "matmul")
+        bw = pbd.scatter(client, b)
+        assert bw.shape == (32, 16) and bw.dtype == np.float32 and bw.ndim == 2
+        out = pbd.map_blocks(mm, chunked(a, (16, 32)), bw, name="mm-scattered")
+        assert out.name == "mm-scattered"
+        np.testing.assert_allclose(out.compute(), a @ b, rtol=1e-5, atol=1e-5)
+        graph = dict(out.__dask_graph__())
+        assert b.tobytes() not in pickle.dumps(graph), "the whole array went into the graph"
+        plain = dict(pbd.map_blocks(mm, chunked(a, (16, 32)), b).__dask_graph__())
+        assert b.tobytes() in pickle.dumps(plain)  # the check above can see it
+        with pytest.raises(TypeError, match="expected a 2-d array"):
+            pbd.map_blocks(mm, chunked(a, (16, 32)), pbd.scatter(client, b[0]))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

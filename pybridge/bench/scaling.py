@@ -62,27 +62,82 @@ def _direct(prog: str, backend: str, inputs: list[Any], repeat: int) -> float:
     return t.median_s
 
 
-def _dask(client: Any, prog: str, backend: str, chunked: list[Any], whole: list[Any], order: list[str], repeat: int) -> float:
-    """Median seconds of persisting the result, inputs persisted on the workers beforehand."""
-    from distributed import wait
+def _device_sync() -> None:
+    """On a worker: wait for the GPU (a Dask result is ready when its device work is done)."""
+    import sys as _sys
 
+    cupy = _sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.cuda.runtime.deviceSynchronize()
+
+
+def _persisted(client: Any, whole: list[Any]) -> list[Any]:
+    """Whole array arguments put on the workers once (pbd.scatter), as a pipeline keeps them: a
+    graph that embeds one ships it from the client at every run (256 MB for matmul 8192)."""
     import pybridge.dask as pbd
 
-    ins = client.persist(chunked)
-    wait(ins)
-    it_c, it_w = iter(ins), iter(whole)
-    args = [next(it_c) if k == "c" else next(it_w) for k in order]
-    ref = pbd.entry(_library(prog, backend), prog, backend=backend)
+    return [pbd.scatter(client, w) if getattr(w, "ndim", 0) > 0 else w for w in whole]
+
+
+def _timed_persist(client: Any, make: Any, repeat: int, gpu: bool) -> float:
+    """Median seconds of ``wait(client.persist(make()))``, plus a device sync on the workers when on
+    GPUs; the first run (context creation, kernel loading) is not timed."""
+    from distributed import wait
+
     samples = []
-    for i in range(repeat + 1):  # the first run creates the contexts: not timed
-        out = pbd.map_blocks(ref, *args)
+    for i in range(repeat + 1):
+        out = make()
         t0 = time.perf_counter()
         res = client.persist(out)
         wait(res)
+        if gpu:
+            client.run(_device_sync)
         if i:
             samples.append(time.perf_counter() - t0)
         del res
     return float(np.median(samples))
+
+
+def _graphs(kind: str, backend: str, args: list[Any]) -> dict[str, Any]:
+    """impl -> a function making the graph: pybridge's, the same graph with CuPy / NumPy doing the
+    block's work, and the same blocks passed through (Dask's own cost: the floor)."""
+    import dask
+    import dask.array as da
+
+    import pybridge.dask as pbd
+
+    ref = pbd.entry(_library(kind, backend), kind, backend=backend)
+    chunked = next(a for a in args if hasattr(a, "chunks"))
+    plain = [dask.delayed(a.future) if isinstance(a, pbd.Whole) else a for a in args]
+    if kind == "saxpy":
+        peer = lambda: da.map_blocks(lambda a, x, y: a * x + y, *plain, dtype=np.float32, name=_fresh("peer"))  # noqa: E731
+    else:
+        peer = lambda: da.map_blocks(lambda a, b: a @ b, *plain, dtype=np.float32, name=_fresh("peer"))  # noqa: E731
+    # a fresh key name per run: the same keys again could find the last run's results still held
+    return {
+        "pybridge": lambda: pbd.map_blocks(ref, *args, name=_fresh("pybridge")),
+        "peer": peer,
+        "floor": lambda: chunked.map_blocks(lambda b: b, dtype=chunked.dtype, name=_fresh("floor")),
+    }
+
+
+def _fresh(prefix: str) -> str:
+    import uuid
+
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def _dask(client: Any, kind: str, backend: str, chunked: list[Any], whole: list[Any], order: list[str], repeat: int,
+          gpu: bool) -> dict[str, float]:
+    """Median seconds per graph (see :func:`_graphs`), inputs persisted on the workers beforehand."""
+    from distributed import wait
+
+    ins = client.persist(chunked)
+    wait(ins)
+    whole = _persisted(client, whole)
+    it_c, it_w = iter(ins), iter(whole)
+    args = [next(it_c) if k == "c" else next(it_w) for k in order]
+    return {impl: _timed_persist(client, make, repeat, gpu) for impl, make in _graphs(kind, backend, args).items()}
 
 
 def _direct_inputs(kind: str, n: int) -> list[Any]:
@@ -138,14 +193,19 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             with cluster, Client(cluster) as client:
                 for mode, size in (("strong", n), ("weak", n * w if kind == "saxpy" else int(round(n * w ** (1 / 3))))):
                     chunked, whole, order = _problem(kind, size, w * args.chunks_per_worker, gpu)
-                    t = _dask(client, kind, backend, chunked, whole, order, args.repeat)
+                    times = _dask(client, kind, backend, chunked, whole, order, args.repeat, gpu)
                     # The same work on one device without Dask: the direct time (strong), w times it (weak).
                     one_device = direct if mode == "strong" else direct * w
-                    rows.append({
-                        "benchmark": f"{kind} {mode}", "impl": f"dask {w} {'GPU' if gpu else 'worker'}{'s' if w > 1 else ''}",
-                        "size": size, "median_us": t * 1e6, "workers": w, "backend": backend,
-                        "speedup_vs_direct": one_device / t, "efficiency": one_device / t / w,
-                    })
+                    unit = f"{'GPU' if gpu else 'worker'}{'s' if w > 1 else ''}"
+                    peer = "Dask + CuPy" if gpu else "Dask + NumPy"
+                    for impl, label in (("pybridge", f"dask {w} {unit}"), ("peer", f"{peer}, same graph, {w} {unit}"),
+                                        ("floor", f"Dask alone (blocks passed through), {w} {unit}")):
+                        t = times[impl]
+                        rows.append({
+                            "benchmark": f"{kind} {mode}", "impl": label, "size": size, "median_us": t * 1e6,
+                            "workers": w, "backend": backend,
+                            "speedup_vs_direct": one_device / t, "efficiency": one_device / t / w,
+                        })
     return rows
 
 

@@ -12,6 +12,7 @@ import ctypes
 import threading
 from typing import Any
 
+from .. import ordering
 from .errors import CudaError, error_for_code
 
 _lock = threading.Lock()
@@ -74,17 +75,12 @@ def check(code: int, operation: str, kernel: str | None = None) -> None:
 
 def stream_wait(waiter: int, producer: int, *, what: str | None = None) -> None:
     """Make stream ``waiter`` wait for the work queued so far on stream ``producer`` (raw handles;
-    1 = legacy default, 2 = per-thread default). Does not block the host."""
-    if waiter == producer:
-        return
-    ev = ctypes.c_void_p()
-    check(_fn("cuEventCreate")(ctypes.byref(ev), ctypes.c_uint(CU_EVENT_DISABLE_TIMING)), "cuEventCreate", what)
+    1 = legacy default, 2 = per-thread default). Does not block the host. The producer may be in
+    another context (a Futhark handle's stream): the event is made in the producer's context."""
     try:
-        check(_fn("cuEventRecord")(ev, ctypes.c_void_p(producer)), "cuEventRecord", what)
-        check(_fn("cuStreamWaitEvent")(ctypes.c_void_p(waiter), ev, ctypes.c_uint(0)), "cuStreamWaitEvent", what)
-    finally:
-        # Safe right away: the wait captured the event's state, and the driver frees it once done.
-        _fn("cuEventDestroy_v2", "cuEventDestroy")(ev)
+        ordering.order(waiter, producer)
+    except ordering.CudaCallError as e:
+        check(e.code, e.operation, what)
 
 
 def stream_synchronize(handle: int) -> None:

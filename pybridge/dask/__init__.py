@@ -24,9 +24,10 @@ try:
 except ImportError as e:  # pragma: no cover - exercised where dask is absent
     raise ImportError(f"pybridge.dask needs dask and distributed: pip install 'pybridge[dask]' [{e}]") from e
 
-from .array import entry, map_blocks, reduction, to_device, to_host
+from .array import entry, map_blocks, reduction, scatter, to_device, to_host
 from .cluster import WorkerDevices, local_cluster
 from .kernels import KernelRef, kernel, map_kernel
+from .plan import Whole
 from .refs import EntryRef, LibraryRef
 from .workers import DEVICE_ENV, close_all, stats
 
@@ -35,6 +36,7 @@ __all__ = [
     "EntryRef",
     "KernelRef",
     "LibraryRef",
+    "Whole",
     "WorkerDevices",
     "close_all",
     "entry",
@@ -43,6 +45,7 @@ __all__ = [
     "map_blocks",
     "map_kernel",
     "reduction",
+    "scatter",
     "stats",
     "to_device",
     "to_host",

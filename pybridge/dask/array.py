@@ -23,7 +23,7 @@ import dask.array as da
 from ..futhark import EntryPoint
 from ..futhark.manifest import ArrayInfo
 from . import blocks
-from .plan import is_chunked, plan_blocks, result_chunks, result_dtype, result_shape, result_type
+from .plan import Whole, is_chunked, plan_blocks, result_chunks, result_dtype, result_shape, result_type
 from .refs import EntryRef, LibraryRef
 
 
@@ -60,16 +60,28 @@ def _meta(entry_ref: EntryRef, args: Sequence[Any], ndim: int, dtype: np.dtype) 
 def _whole(a: Any) -> Any:
     """A whole (unchunked) array argument (NumPy or CuPy) goes into the graph once, not once per
     task: each worker receives it once and keeps it for all its blocks."""
+    if isinstance(a, Whole):
+        return dask.delayed(a.future)  # on the workers already: the graph names it
     return dask.delayed(a) if getattr(a, "ndim", 0) > 0 and not is_chunked(a) else a
 
 
-def map_blocks(target: Any, *args: Any, chunks: Sequence[Sequence[int]] | None = None) -> da.Array:
+def scatter(client: Any, x: Any) -> Whole:
+    """Put a whole array argument on every worker once (``client.scatter(x, broadcast=True)``), for
+    graphs that use it many times: ``pbd.map_blocks(matmul, a_blocks, pbd.scatter(client, b))``."""
+    shape, dtype = tuple(int(d) for d in x.shape), np.dtype(x.dtype)
+    return Whole(client.scatter(x, broadcast=True, hash=False), shape, dtype)
+
+
+def map_blocks(target: Any, *args: Any, chunks: Sequence[Sequence[int]] | None = None,
+               name: str | None = None) -> da.Array:
     """Call an entry point once per block; the results are the blocks of a new dask array.
 
     Dask arrays among ``args`` are split into blocks (block k of each goes to call k); NumPy arrays
     and scalars go whole to every call. Sizes the entry ties together must be chunked alike (see
     ``pybridge.dask.plan``), else a ValueError names both arguments. The result's chunks come from
     the result type's size names or, failing that, the first dask argument; ``chunks=`` overrides.
+    ``name``: the result's key prefix, as in dask's own ``map_blocks`` (default: a hash of the
+    arguments, so the same call gives the same keys).
     """
     ref = entry(target)
     plan = plan_blocks(ref, args)
@@ -84,7 +96,7 @@ def map_blocks(target: Any, *args: Any, chunks: Sequence[Sequence[int]] | None =
         drop_axis=list(range(len(out_chunks), rank)),  # a result of lower rank drops trailing axes
         dtype=dtype,
         meta=_meta(ref, args, len(out_chunks), dtype),
-        token=f"pybridge-{ref.name}",  # a key prefix; dask hashes the arguments for the rest
+        **({"name": name} if name is not None else {"token": f"pybridge-{ref.name}"}),  # token: a key prefix
     )
 
 

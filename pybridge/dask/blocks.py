@@ -21,7 +21,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..futhark import ArrayHandle, ArrayKind, FutharkError, Library
+from ..futhark.gpustream import futhark_stream
 from ..futhark.types import PRIMITIVES
+from ..ordering import LEGACY
 from .refs import EntryRef
 from .workers import DEVICE_ENV, Slot, device_ordinal, worker_device, worker_slot
 
@@ -57,9 +59,16 @@ class _HandleOwner:
     view dies: under the context's call lock if it is free at once, else (a view collected while
     another thread calls, which could deadlock two contexts' locks) by the next call on the context."""
 
-    def __init__(self, handle: ArrayHandle, slot: Slot):
+    def __init__(self, handle: ArrayHandle, slot: Slot, consumer_stream: int):
         self.handle, self.slot = handle, slot
-        self.__cuda_array_interface__ = handle.__cuda_array_interface__  # synced: stream None
+        cai = dict(handle.__cuda_array_interface__)
+        fs = futhark_stream(handle.library)
+        if cai["stream"] is not None and fs is not None:
+            # CuPy would block the host on Futhark's stream; the stream CuPy uses next waits on the
+            # device instead, and the view says the data needs no more waiting.
+            fs.signal(consumer_stream)
+            cai["stream"] = None
+        self.__cuda_array_interface__ = cai
 
     def __del__(self) -> None:
         lock = self.slot.lock
@@ -96,7 +105,7 @@ def _result(value: Any, on_device: bool, device: int, slot: Slot) -> Any:
         if on_device:
             cupy = _cupy()
             with cupy.cuda.Device(device):
-                return cupy.asarray(_HandleOwner(value, slot))
+                return cupy.asarray(_HandleOwner(value, slot, cupy.cuda.get_current_stream().ptr or LEGACY))
         out = value.numpy()
         value.free()
         return out

@@ -41,6 +41,21 @@ def is_chunked(x: Any) -> bool:
 
 
 @dataclass(frozen=True)
+class Whole:
+    """A whole (unchunked) array argument already on the workers (:func:`pybridge.dask.scatter`):
+    its shape and dtype for the checks, and the future the tasks receive. A NumPy or CuPy array
+    passed as is goes into each graph, so every run ships it from the client again."""
+
+    future: Any
+    shape: tuple[int, ...]
+    dtype: Any
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True)
 class Plan:
     entry: EntryRef
     chunked: tuple[int, ...]  # indices of the chunked arguments
@@ -91,7 +106,7 @@ def check_arguments(entry: EntryRef, args: Sequence[Any]) -> None:
         t = types.get(p.type)
         if not isinstance(t, ArrayInfo):
             raise TypeError(f"{what} has the opaque type {p.type}, which pybridge.dask cannot split into blocks")
-        if not (is_chunked(a) or isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__")):
+        if not (is_chunked(a) or isinstance(a, (np.ndarray, Whole)) or hasattr(a, "__cuda_array_interface__")):
             raise TypeError(f"{what}: expected a dask array or a NumPy/CuPy array ({p.type}), got {type(a).__name__}")
         dtype = PRIMITIVES[t.elemtype].dtype
         if np.dtype(a.dtype) != dtype:

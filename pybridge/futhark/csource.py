@@ -38,6 +38,10 @@ kill the process (measured with Futhark 0.25.32, c and multicore backends):
   as allocated with a stale pointer (``iota (2**58)`` returned a handle), and freeing it put that
   pointer on the free list, so every later call of the context failed. The fix records an error
   when ``gpu_alloc`` fails, which the function already turns into ``FUTHARK_OUT_OF_MEMORY``.
+- cuda: three accessors are appended (``pybridge_cuda_stream``, ``pybridge_cuda_context``,
+  ``pybridge_cuda_may_fail``), so that exchanges with CuPy / PyTorch / numba can order on the device
+  with CUDA events instead of syncing the host (pybridge/futhark/gpustream.py). Not a fix: the C
+  API has no way to get a context's stream.
 
 Applied by ``pybridge build`` / ``pybridge.futhark.load("prog.fut")`` and by ``make`` (this file
 runs as a script: ``python3 pybridge/futhark/csource.py prog.c``). Standard library only. Each fix
@@ -50,7 +54,7 @@ import re
 import sys
 from pathlib import Path
 
-MARK = "/* pybridge: hardened v6 */"  # part of pybridge build's cache key: a new fix rebuilds
+MARK = "/* pybridge: hardened v7 */"  # part of pybridge build's cache key: a new fix rebuilds
 
 _MALLOC = "    *mem_out = malloc(size);\n"
 _MALLOC_CHECKED = (
@@ -87,6 +91,18 @@ _SZMUL = (
     "}\n"
 )
 _STDINT = "#include <stdint.h>\n"
+
+# ---- cuda: what exchanges need to order on the device instead of syncing the host
+# (pybridge/futhark/gpustream.py): the context's stream and CUDA context, and whether work it has
+# enqueued may still fail (a kernel with a bounds check: that error must be raised, not its data
+# handed on). Exported whatever visibility the library is compiled with.
+_CUDA_CONTEXT_FIELDS = ("  CUcontext cu_ctx;\n", "  CUstream stream;\n", "  int32_t failure_is_an_option;\n")
+_CUDA_ACCESSORS = (
+    "\n/* pybridge: cuda-stream-accessors (see pybridge/futhark/gpustream.py) */\n"
+    "__attribute__((visibility(\"default\"))) void *pybridge_cuda_stream(struct futhark_context *ctx) { return (void *) ctx->stream; }\n"
+    "__attribute__((visibility(\"default\"))) void *pybridge_cuda_context(struct futhark_context *ctx) { return (void *) ctx->cu_ctx; }\n"
+    "__attribute__((visibility(\"default\"))) int pybridge_cuda_may_fail(struct futhark_context *ctx) { return ctx->failure_is_an_option != 0; }\n"
+)
 
 # ---- a failed device allocation
 # memblock_alloc_device ignores gpu_alloc's result and tests ctx->error instead, but cuMemAlloc's
@@ -252,6 +268,9 @@ def harden(text: str) -> tuple[str, list[str]]:
     if _GPU_ALLOC_IGNORED in text:
         text = text.replace(_GPU_ALLOC_IGNORED, _GPU_ALLOC_CHECKED)
         applied.append("gpu-alloc-error")
+    if "pybridge_cuda_stream(" not in text and all(f in text for f in _CUDA_CONTEXT_FIELDS) and "struct futhark_context {\n" in text:
+        text = text.rstrip("\n ") + "\n" + _CUDA_ACCESSORS
+        applied.append("cuda-stream-accessors")
     if "ctx->scheduler.error = 0; /* pybridge" not in text:
         text, n = _LOCKED.subn(_LOCKED_RESET, text)
         if n:

@@ -123,8 +123,10 @@ class ArrayKind:
         if self.library.backend != "cuda":
             raise TypeError(f"from_cuda needs a cuda-backend library, this one is {self.library.backend}")
         from ..interop import futhark_view_of
+        from .gpustream import futhark_stream
 
-        ptr, shape, plain = futhark_view_of(obj, self.dtype, self.rank)  # checks, waits for the producer
+        # checks, and orders Futhark's stream after the producer's (on the device where it can)
+        ptr, shape, plain = futhark_view_of(obj, self.dtype, self.rank, futhark_stream(self.library))
         lib, fn = self.library, self.new_raw_fn
         if not plain or fn is None or lib.raw_ctype != "CUdeviceptr":
             return self.new_raw(ptr, shape, owner=obj)

@@ -1,0 +1,71 @@
+"""The CUDA stream of a cuda-backend Futhark context, for exchanges ordered on the device.
+
+Futhark's cuda backend runs each context on a CUDA context and stream of its own, and the C API
+does not say which. The hardened C (csource.py, "cuda-stream-accessors") exports them, and whether
+enqueued work may still fail (a kernel with a bounds check; its error surfaces at the next sync).
+With them an exchange orders with a CUDA event (pybridge.ordering) instead of blocking the host on
+a sync: a handle's ``__cuda_array_interface__`` names Futhark's stream, ``__dlpack__`` makes the
+consumer's stream wait for it, ``from_cuda`` makes Futhark's stream wait for the producer's.
+A library without the accessors (compiled by hand) keeps the host sync.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from typing import Any
+
+from .. import ordering
+
+
+class FutharkStream:
+    """Futhark's stream and CUDA context for one Futhark context, with an event of that context.
+
+    The event goes with the CUDA context when Futhark frees it (never destroyed here): use this
+    only while the Futhark context is open."""
+
+    __slots__ = ("stream", "cu_ctx", "slot", "_may_fail", "_ctx")
+
+    def __init__(self, so_path: Path, ctx_address: int):
+        dll = ctypes.CDLL(str(so_path))  # the library cffi loaded: the same copy (dlopen dedups)
+        for name, restype in (("pybridge_cuda_stream", ctypes.c_void_p), ("pybridge_cuda_context", ctypes.c_void_p),
+                              ("pybridge_cuda_may_fail", ctypes.c_int)):
+            fn = getattr(dll, name)
+            fn.restype, fn.argtypes = restype, [ctypes.c_void_p]
+        self._ctx = ctypes.c_void_p(ctx_address)
+        self.stream = int(dll.pybridge_cuda_stream(self._ctx) or 0)
+        self.cu_ctx = int(dll.pybridge_cuda_context(self._ctx) or 0)
+        self._may_fail = dll.pybridge_cuda_may_fail
+        self.slot = ordering.EventSlot(self.cu_ctx)
+
+    def may_fail(self) -> bool:
+        """Whether enqueued work may still report an error at the next sync (call under the lock)."""
+        return bool(self._may_fail(self._ctx))
+
+    def wait_for(self, producer: int) -> None:
+        """Futhark's later work waits (on the device) for what ``producer`` has queued so far."""
+        ordering.order(self.stream, producer)
+
+    def signal(self, consumer: int) -> None:
+        """``consumer``'s later work waits (on the device) for what Futhark has queued so far."""
+        ordering.order(consumer, self.stream, self.slot)
+
+
+_NONE = object()
+
+
+def futhark_stream(library: Any) -> FutharkStream | None:
+    """The :class:`FutharkStream` of a cuda-backend library's context (made once), or None when
+    the library has no accessors (or is not cuda): then exchanges sync the host."""
+    ctx = library.context
+    found = getattr(ctx, "_gpu_stream", _NONE)
+    if found is _NONE:
+        found = None
+        if library.backend == "cuda":
+            address = int(ctx.ffi.cast("uintptr_t", ctx.ptr))
+            try:
+                found = FutharkStream(library.path, address)
+            except (AttributeError, OSError):
+                found = None  # no accessors: compiled without pybridge's csource.py
+        ctx._gpu_stream = found
+    return found

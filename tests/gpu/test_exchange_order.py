@@ -1,0 +1,183 @@
+"""Exchanges between Futhark's cuda backend and CuPy / PyTorch / numba / pybridge.cuda, raced.
+
+Issue 23: an exchange orders the consumer after the producer on the device (a CUDA event, see
+pybridge.ordering and pybridge.futhark.gpustream), not by blocking the host. Each test here makes
+the producer slow on purpose (Futhark's ``spin`` entry point, tens of milliseconds of dependent
+arithmetic per element; a queue of matmuls on a CuPy or PyTorch stream), hands the result over at
+once, and checks
+
+* that pybridge's side returned while the producer was still running (no host sync: the
+  producer's stream is still busy when the exchange returns), and
+* that what the consumer read is the finished result (the data must be complete when read).
+
+A consumer that did not wait would read the memory before the producer wrote it: the reference is
+computed beforehand with another seed kept alive, so stale memory cannot hold the right values.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+from conftest import library_sources
+
+import pybridge.futhark as pf
+from pybridge.futhark.gpustream import futhark_stream
+
+pytestmark = pytest.mark.gpu
+
+K, N = 400_000, 2**22  # spin: dependent steps per element, elements (tens of ms on an H100)
+NOT_READY = 600  # CUDA_ERROR_NOT_READY
+
+
+@pytest.fixture(scope="module", params=library_sources("probe", ("cuda",)))
+def probe(request: Any) -> Iterator[pf.Library]:
+    lib = pf.load(request.param)
+    if futhark_stream(lib) is None:
+        pytest.fail(f"{request.param}: no pybridge_cuda_stream accessor (csource.py did not run?)")
+    yield lib
+    lib.close()
+
+
+def _busy(stream: int) -> bool:
+    cu = ctypes.CDLL("libcuda.so.1")
+    rc = cu.cuStreamQuery(ctypes.c_void_p(stream))
+    assert rc in (0, NOT_READY), f"cuStreamQuery: CUDA error {rc}"
+    return rc == NOT_READY
+
+
+class Race:
+    """A Futhark result still being computed, and what it will be once done."""
+
+    def __init__(self, lib: pf.Library, seed: float):
+        self.reference = lib.spin(K, seed, N)  # kept alive: the racing result cannot reuse its memory
+        self.want = self.reference.numpy()
+        self.stream = futhark_stream(lib).stream
+        self.handle = lib.spin(K, seed, N)
+        assert _busy(self.stream), "spin finished before the exchange: raise K"
+
+    def check(self, got: np.ndarray, what: str) -> None:
+        got = np.asarray(got).reshape(-1)
+        bad = np.flatnonzero(got != self.want)
+        assert bad.size == 0, f"{what}: {bad.size} of {got.size} elements differ (first at {bad[0]}: {got[bad[0]]} != {self.want[bad[0]]}): the consumer did not wait"
+
+
+def _cupy() -> Any:
+    return pytest.importorskip("cupy", reason="CuPy is not installed")
+
+
+def _torch() -> Any:
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA device")
+    return torch
+
+
+# ------------------------------------------------------------------ Futhark -> consumer
+
+
+def test_cai_names_futharks_stream_and_does_not_block(probe: pf.Library) -> None:
+    race = Race(probe, 0.125)
+    cai = race.handle.__cuda_array_interface__
+    assert cai["stream"] == race.stream and cai["version"] == 3
+    assert _busy(race.stream), "the export waited for Futhark's stream"
+    probe.sync()
+    race.check(race.handle.numpy(), "numpy()")
+
+
+def test_dlpack_export_orders_on_the_device(probe: pf.Library) -> None:
+    cp = _cupy()
+    race = Race(probe, 0.25)
+    s = cp.cuda.Stream(non_blocking=True)
+    capsule = race.handle.__dlpack__(stream=s.ptr)
+    assert _busy(race.stream), "__dlpack__ waited for Futhark's stream on the host"
+    del capsule
+    assert not s.done, "the consumer's stream does not wait for Futhark's"
+    probe.sync()
+
+
+CONSUMERS = ["cupy cai", "cupy dlpack", "torch cai", "torch dlpack", "torch dlpack default stream", "numba cai",
+             "pybridge.cuda"]
+
+
+@pytest.mark.parametrize("consumer", CONSUMERS)
+def test_a_consumer_reads_a_result_still_being_computed(probe: pf.Library, consumer: str) -> None:
+    race = Race(probe, 0.5 + CONSUMERS.index(consumer))  # a seed of its own: no earlier test's values
+    h = race.handle
+    if consumer.startswith("cupy"):
+        cp = _cupy()
+        with cp.cuda.Stream(non_blocking=True) as s:
+            x = cp.asarray(h) if consumer == "cupy cai" else cp.from_dlpack(h)
+            got = cp.asnumpy(x * np.float32(1), stream=s)
+            s.synchronize()
+    elif consumer.startswith("torch"):
+        torch = _torch()
+        ts = torch.cuda.Stream() if "default" not in consumer else torch.cuda.default_stream()
+        with torch.cuda.stream(ts):
+            t = torch.as_tensor(h, device="cuda") if consumer == "torch cai" else torch.from_dlpack(h)
+            got = (t * 1).cpu().numpy()
+    elif consumer == "numba cai":
+        nb = pytest.importorskip("numba.cuda", reason="numba-cuda is not installed")
+        got = nb.as_cuda_array(h).copy_to_host()
+    else:
+        from pybridge import cuda
+        from pybridge.demo import catalog
+
+        s = cuda.Stream(non_blocking=True)
+        d = cuda.as_device_array(h)
+        got = catalog.cuda_saxpy(1.0, d, cuda.zeros(N), stream=s).get()
+    race.check(got, consumer)
+
+
+# ------------------------------------------------------------------ producer -> Futhark
+
+
+def _slow_cupy(cp: Any, stream: Any, x0: np.ndarray) -> Any:
+    with stream:
+        xg = cp.asarray(x0)
+        stream.synchronize()  # the host copy first: a copy from pageable memory may block the host
+        m = cp.ones((4096, 4096), dtype=cp.float32)
+        for _ in range(12):  # ~1.6e12 flops queued before y is written
+            m = m @ m * np.float32(1e-4)
+        return xg * np.float32(2.0) + np.float32(1.0)
+
+
+@pytest.mark.parametrize("producer", ["cupy", "torch side stream", "torch default stream", "pybridge.cuda"])
+def test_futhark_reads_a_producer_still_computing(probe: pf.Library, producer: str) -> None:
+    rng = np.random.default_rng(len(producer))
+    x0 = rng.standard_normal(N, dtype=np.float32)
+    want = x0 * np.float32(2.0) + np.float32(1.0)
+    zeros = probe.types["[]f32"].new(np.zeros(N, np.float32))
+    if producer == "cupy":
+        cp = _cupy()
+        s = cp.cuda.Stream(non_blocking=True)
+        y = _slow_cupy(cp, s, x0)
+        busy = lambda: not s.done  # noqa: E731
+    elif producer.startswith("torch"):
+        torch = _torch()
+        ts = torch.cuda.Stream() if "side" in producer else torch.cuda.default_stream()
+        with torch.cuda.stream(ts):
+            xg = torch.from_numpy(x0).to("cuda")
+            ts.synchronize()
+            m = torch.ones((4096, 4096), device="cuda")
+            for _ in range(12):
+                m = m @ m * 1e-4
+            y = xg * 2.0 + 1.0
+        busy = lambda: not ts.query()  # noqa: E731
+    else:
+        from pybridge import cuda
+        from pybridge.demo import catalog
+
+        s = cuda.Stream(non_blocking=True)
+        xd = cuda.to_device(x0)
+        busy_x, busy_out = cuda.zeros(2**22), cuda.empty(2**22)
+        catalog.cuda_chain(busy_x, 150_000, out=busy_out, stream=s)  # tens of ms queued on s
+        y = catalog.cuda_saxpy(2.0, xd, cuda.to_device(np.ones(N, np.float32)), stream=s)
+        busy = lambda: not s.query()  # noqa: E731
+    hy = probe.types["[]f32"].from_cuda(y)
+    assert busy(), f"from_cuda waited for the {producer} stream on the host (or the producer was too fast)"
+    got = probe.saxpy(1.0, hy, zeros).numpy()  # 1 * y + 0 == y exactly
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, f"{producer}: {bad.size} elements differ: Futhark did not wait for the producer"
