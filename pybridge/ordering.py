@@ -1,4 +1,4 @@
-"""Order one CUDA stream after another on the device, across CUDA contexts (libcuda via ctypes).
+"""Order one CUDA stream after another on the device, across CUDA contexts (libcuda via cffi).
 
 An event recorded on the producer's stream and waited for on the consumer's (``cuStreamWaitEvent``)
 orders the consumer's later work after the producer's earlier work without blocking the host.
@@ -18,7 +18,6 @@ DLPack use). Imports only pybridge.errors: pybridge.interop, pybridge.futhark an
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from typing import Any
 
@@ -27,30 +26,46 @@ from .errors import PybridgeError
 LEGACY = 1
 PER_THREAD = 2
 _EVENT_DISABLE_TIMING = 0x2
+_INVALID_HANDLE, _INVALID_CONTEXT = 400, 201
+
+# Handles are declared as uintptr_t, so Python ints pass straight through (cffi ABI mode: a call
+# costs a fraction of a ctypes call, and ordering runs once per exchange).
+_CDEF = """
+int cuInit(unsigned int flags);
+int cuEventRecord(uintptr_t event, uintptr_t stream);
+int cuStreamWaitEvent(uintptr_t stream, uintptr_t event, unsigned int flags);
+int cuStreamGetCtx(uintptr_t stream, uintptr_t *ctx);
+int cuCtxPushCurrent_v2(uintptr_t ctx);
+int cuCtxPopCurrent_v2(uintptr_t *ctx);
+int cuEventCreate(uintptr_t *event, unsigned int flags);
+int cuEventDestroy_v2(uintptr_t event);
+int cuDeviceGetCount(int *count);
+int cuDeviceGet(int *device, int ordinal);
+int cuDevicePrimaryCtxGetState(int device, unsigned int *flags, int *active);
+int cuDevicePrimaryCtxRetain(uintptr_t *ctx, int device);
+"""
 
 _lock = threading.Lock()
+_ffi: Any = None
 _cu: Any = None
 _primary: dict[int, "EventSlot"] = {}  # handle of a retained, active primary context -> its slot
 _primary_checked: set[int] = set()  # devices whose primary context was looked at
+_last: list["EventSlot"] = []  # the primary slot used last: tried first (one device, one context)
 
 
 def driver() -> Any:
-    """libcuda, initialised, with the argument types of the calls used here."""
-    global _cu
+    """libcuda through cffi (ABI mode), initialised."""
+    global _cu, _ffi
     if _cu is None:
         with _lock:
             if _cu is None:
-                cu = ctypes.CDLL("libcuda.so.1")
+                import cffi
+
+                ffi = cffi.FFI()
+                ffi.cdef(_CDEF)
+                cu = ffi.dlopen("libcuda.so.1")
                 cu.cuInit(0)
-                vp = ctypes.c_void_p
-                cu.cuEventRecord.argtypes = [vp, vp]
-                cu.cuStreamWaitEvent.argtypes = [vp, vp, ctypes.c_uint]
-                cu.cuStreamGetCtx.argtypes = [vp, ctypes.POINTER(vp)]
-                cu.cuCtxPushCurrent_v2.argtypes = [vp]
-                cu.cuCtxPopCurrent_v2.argtypes = [ctypes.POINTER(vp)]
-                cu.cuEventCreate.argtypes = [ctypes.POINTER(vp), ctypes.c_uint]
-                cu.cuEventDestroy_v2.argtypes = [vp]
-                _cu = cu
+                _ffi, _cu = ffi, cu
     return _cu
 
 
@@ -72,41 +87,50 @@ class EventSlot:
     """One event of one CUDA context. Record and wait happen under the slot's lock: another
     thread's record in between would make the wait wait for that thread's work instead."""
 
-    __slots__ = ("ctx", "_ev", "_lock")
+    __slots__ = ("ctx", "ev", "_lock")
 
     def __init__(self, ctx: int):
         cu = driver()
         self.ctx = ctx
-        self._ev = ctypes.c_void_p()
+        out = _ffi.new("uintptr_t *")
         self._lock = threading.Lock()
-        _check(cu.cuCtxPushCurrent_v2(ctypes.c_void_p(ctx)), "cuCtxPushCurrent")
+        _check(cu.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
         try:
-            _check(cu.cuEventCreate(ctypes.byref(self._ev), _EVENT_DISABLE_TIMING), "cuEventCreate")
+            _check(cu.cuEventCreate(out, _EVENT_DISABLE_TIMING), "cuEventCreate")
         finally:
-            cu.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+            cu.cuCtxPopCurrent_v2(_ffi.new("uintptr_t *"))
+        self.ev = int(out[0])
 
     def order(self, waiter: int, producer: int) -> None:
         """``waiter`` waits for the work queued so far on ``producer`` (a stream of this context)."""
+        _check(self.try_order(waiter, producer), "cuEventRecord")
+
+    def try_order(self, waiter: int, producer: int) -> int:
+        """:meth:`order`, returning cuEventRecord's error code instead of raising it (400 when
+        ``producer`` is a stream of another context)."""
         cu = _cu
         with self._lock:
-            _check(cu.cuEventRecord(self._ev, producer), "cuEventRecord")
-            # The wait captures the event's state now: a later record does not change what it waits for.
-            _check(cu.cuStreamWaitEvent(waiter, self._ev, 0), "cuStreamWaitEvent")
+            rc = cu.cuEventRecord(self.ev, producer)
+            if rc == 0:
+                # The wait captures the event's state now: a later record does not change it.
+                _check(cu.cuStreamWaitEvent(waiter, self.ev, 0), "cuStreamWaitEvent")
+            return rc
 
     def destroy(self) -> None:
-        if self._ev.value:
-            driver().cuEventDestroy_v2(self._ev)
-            self._ev = ctypes.c_void_p()
+        if self.ev:
+            driver().cuEventDestroy_v2(self.ev)
+            self.ev = 0
 
 
 def stream_context(stream: int) -> int:
     """The context of ``stream`` (for 1 and 2: the calling thread's current context)."""
-    ctx = ctypes.c_void_p()
-    rc = driver().cuStreamGetCtx(stream, ctypes.byref(ctx))
-    if rc == 201:  # CUDA_ERROR_INVALID_CONTEXT: a default stream with no context current
+    cu = driver()
+    out = _ffi.new("uintptr_t *")
+    rc = cu.cuStreamGetCtx(stream, out)
+    if rc == _INVALID_CONTEXT:  # a default stream with no context current
         raise CudaCallError(rc, f"stream {stream}: no CUDA context is current on this thread to say whose default stream it is; cuStreamGetCtx")
     _check(rc, f"cuStreamGetCtx({stream:#x})")
-    return int(ctx.value or 0)
+    return int(out[0])
 
 
 def _primary_slot(ctx: int) -> EventSlot | None:
@@ -116,37 +140,44 @@ def _primary_slot(ctx: int) -> EventSlot | None:
         return slot
     cu = driver()
     with _lock:
-        count = ctypes.c_int(0)
-        cu.cuDeviceGetCount(ctypes.byref(count))
-        for ordinal in range(count.value):
+        count = _ffi.new("int *")
+        cu.cuDeviceGetCount(count)
+        for ordinal in range(count[0]):
             if ordinal in _primary_checked:
                 continue
-            dev, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
-            if cu.cuDeviceGet(ctypes.byref(dev), ordinal) or cu.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)):
+            dev, flags, active = _ffi.new("int *"), _ffi.new("unsigned int *"), _ffi.new("int *")
+            if cu.cuDeviceGet(dev, ordinal) or cu.cuDevicePrimaryCtxGetState(dev[0], flags, active):
                 continue
-            if not active.value:
+            if not active[0]:
                 continue  # retaining would create it (memory, time): looked at again next time
-            pctx = ctypes.c_void_p()
-            if cu.cuDevicePrimaryCtxRetain(ctypes.byref(pctx), dev) == 0:
+            pctx = _ffi.new("uintptr_t *")
+            if cu.cuDevicePrimaryCtxRetain(pctx, dev[0]) == 0:
                 _primary_checked.add(ordinal)
-                _primary[int(pctx.value or 0)] = EventSlot(int(pctx.value or 0))
+                _primary[int(pctx[0])] = EventSlot(int(pctx[0]))
     return _primary.get(ctx)
 
 
 def order(waiter: int, producer: int, slot: EventSlot | None = None) -> None:
     """Make stream ``waiter`` wait (on the device) for the work queued so far on ``producer``.
 
-    ``slot``: an event of ``producer``'s context that the caller owns; else one is found or made."""
+    ``slot``: an event of ``producer``'s context that the caller owns; else the primary context's
+    slot used last is tried (a stream of another context makes the record fail, harmlessly), then
+    the producer's context is looked up."""
     if waiter == producer:
         return
-    if slot is None:
-        ctx = stream_context(producer)
-        slot = _primary_slot(ctx)
-        if slot is None:
-            once = EventSlot(ctx)
-            try:
-                once.order(waiter, producer)
-            finally:
-                once.destroy()  # safe at once: the wait holds what it needs
-            return
-    slot.order(waiter, producer)
+    if slot is not None:
+        slot.order(waiter, producer)
+        return
+    if _last and _last[0].try_order(waiter, producer) == 0:
+        return
+    ctx = stream_context(producer)
+    found = _primary_slot(ctx)
+    if found is not None:
+        found.order(waiter, producer)
+        _last[:] = [found]
+        return
+    once = EventSlot(ctx)
+    try:
+        once.order(waiter, producer)
+    finally:
+        once.destroy()  # safe at once: the wait holds what it needs

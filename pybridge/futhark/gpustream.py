@@ -11,11 +11,17 @@ A library without the accessors (compiled by hand) keeps the host sync.
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 from typing import Any
 
 from .. import ordering
+
+_CDEF = """
+uintptr_t pybridge_cuda_stream(uintptr_t ctx);
+uintptr_t pybridge_cuda_context(uintptr_t ctx);
+int pybridge_cuda_may_fail(uintptr_t ctx);
+"""
+_ffi: Any = None
 
 
 class FutharkStream:
@@ -24,18 +30,22 @@ class FutharkStream:
     The event goes with the CUDA context when Futhark frees it (never destroyed here): use this
     only while the Futhark context is open."""
 
-    __slots__ = ("stream", "cu_ctx", "slot", "_may_fail", "_ctx")
+    __slots__ = ("stream", "cu_ctx", "slot", "_may_fail", "_ctx", "_dll")
 
     def __init__(self, so_path: Path, ctx_address: int):
-        dll = ctypes.CDLL(str(so_path))  # the library cffi loaded: the same copy (dlopen dedups)
-        for name, restype in (("pybridge_cuda_stream", ctypes.c_void_p), ("pybridge_cuda_context", ctypes.c_void_p),
-                              ("pybridge_cuda_may_fail", ctypes.c_int)):
-            fn = getattr(dll, name)
-            fn.restype, fn.argtypes = restype, [ctypes.c_void_p]
-        self._ctx = ctypes.c_void_p(ctx_address)
-        self.stream = int(dll.pybridge_cuda_stream(self._ctx) or 0)
-        self.cu_ctx = int(dll.pybridge_cuda_context(self._ctx) or 0)
-        self._may_fail = dll.pybridge_cuda_may_fail
+        global _ffi
+        if _ffi is None:
+            import cffi
+
+            ffi = cffi.FFI()
+            ffi.cdef(_CDEF)
+            _ffi = ffi
+        # The library cffi loaded already (dlopen gives the same copy); handles as integers.
+        self._dll = _ffi.dlopen(str(so_path))
+        self._ctx = ctx_address
+        self.stream = int(self._dll.pybridge_cuda_stream(ctx_address))
+        self.cu_ctx = int(self._dll.pybridge_cuda_context(ctx_address))
+        self._may_fail = self._dll.pybridge_cuda_may_fail
         self.slot = ordering.EventSlot(self.cu_ctx)
 
     def may_fail(self) -> bool:

@@ -89,8 +89,8 @@ def test_cai_names_futharks_stream_and_does_not_block(probe: pf.Library) -> None
 
 def test_dlpack_export_orders_on_the_device(probe: pf.Library) -> None:
     cp = _cupy()
+    s = cp.cuda.Stream(non_blocking=True)  # before the race: CuPy's first use may initialise the device
     race = Race(probe, 0.25)
-    s = cp.cuda.Stream(non_blocking=True)
     capsule = race.handle.__dlpack__(stream=s.ptr)
     assert _busy(race.stream), "__dlpack__ waited for Futhark's stream on the host"
     del capsule
@@ -146,15 +146,21 @@ def _slow_cupy(cp: Any, stream: Any, x0: np.ndarray) -> Any:
 
 @pytest.mark.parametrize("producer", ["cupy", "torch side stream", "torch default stream", "pybridge.cuda"])
 def test_futhark_reads_a_producer_still_computing(probe: pf.Library, producer: str) -> None:
+    """The producer's stream is current when from_cuda reads its CAI (CuPy and PyTorch name the
+    current stream as the producer's), as in a pipeline that hands each result on at once."""
     rng = np.random.default_rng(len(producer))
     x0 = rng.standard_normal(N, dtype=np.float32)
     want = x0 * np.float32(2.0) + np.float32(1.0)
     zeros = probe.types["[]f32"].new(np.zeros(N, np.float32))
+    kind = probe.types["[]f32"]
     if producer == "cupy":
         cp = _cupy()
         s = cp.cuda.Stream(non_blocking=True)
         y = _slow_cupy(cp, s, x0)
-        busy = lambda: not s.done  # noqa: E731
+        with s:
+            assert not s.done, "the producer finished before the exchange: make it slower"
+            hy = kind.from_cuda(y)
+            still = not s.done
     elif producer.startswith("torch"):
         torch = _torch()
         ts = torch.cuda.Stream() if "side" in producer else torch.cuda.default_stream()
@@ -165,19 +171,22 @@ def test_futhark_reads_a_producer_still_computing(probe: pf.Library, producer: s
             for _ in range(12):
                 m = m @ m * 1e-4
             y = xg * 2.0 + 1.0
-        busy = lambda: not ts.query()  # noqa: E731
+            assert not ts.query(), "the producer finished before the exchange: make it slower"
+            hy = kind.from_cuda(y)
+            still = not ts.query()
     else:
         from pybridge import cuda
         from pybridge.demo import catalog
 
         s = cuda.Stream(non_blocking=True)
-        xd = cuda.to_device(x0)
+        xd, ones = cuda.to_device(x0), cuda.to_device(np.ones(N, np.float32))
         busy_x, busy_out = cuda.zeros(2**22), cuda.empty(2**22)
         catalog.cuda_chain(busy_x, 150_000, out=busy_out, stream=s)  # tens of ms queued on s
-        y = catalog.cuda_saxpy(2.0, xd, cuda.to_device(np.ones(N, np.float32)), stream=s)
-        busy = lambda: not s.query()  # noqa: E731
-    hy = probe.types["[]f32"].from_cuda(y)
-    assert busy(), f"from_cuda waited for the {producer} stream on the host (or the producer was too fast)"
+        y = catalog.cuda_saxpy(2.0, xd, ones, stream=s)
+        assert not s.query(), "the producer finished before the exchange: make it slower"
+        hy = kind.from_cuda(y)
+        still = not s.query()
+    assert still, f"from_cuda waited for the {producer} stream on the host"
     got = probe.saxpy(1.0, hy, zeros).numpy()  # 1 * y + 0 == y exactly
     bad = np.flatnonzero(got != want)
     assert bad.size == 0, f"{producer}: {bad.size} elements differ: Futhark did not wait for the producer"
