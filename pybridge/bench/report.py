@@ -156,6 +156,38 @@ def _exchange_target(rows: list[dict[str, Any]]) -> tuple[str, bool | None, str]
     return f"worst {worst[1]:.2f} µs ({worst[0].split(': ', 1)[1]})", not over, "; ".join(over)
 
 
+def _dask_target(against: str) -> Callable[..., tuple[str, bool | None, str]]:
+    """``pybridge bench scaling --gpus 1`` rows (strong scaling, 1 GPU): pybridge's Dask time against
+    the direct call (speedup ≥ 0.8) or against Dask + CuPy on the same graph (faster)."""
+
+    def check(rows: list[dict[str, Any]]) -> tuple[str, bool | None, str]:
+        figs, missed, met = [], [], True
+        for kind in ("saxpy", "matmul"):
+            mine = [r for r in rows if r["benchmark"] == f"{kind} strong" and r["impl"] == "dask 1 GPU"]
+            if not mine:
+                continue
+            if against == "direct":
+                v = float(mine[0]["speedup_vs_direct"])
+                figs.append(f"{kind} {v:.2f} of direct")
+                if v < 0.8:
+                    met = False
+                    missed.append(f"{kind}: {v:.2f} (needs 0.8)")
+            else:
+                peer = [r for r in rows if r["benchmark"] == f"{kind} strong" and r["impl"].startswith("Dask + CuPy")]
+                if not peer:
+                    continue
+                a, b = float(mine[0]["median_us"]), float(peer[0]["median_us"])
+                figs.append(f"{kind} {a / 1e3:.1f} vs {b / 1e3:.1f} ms")
+                if a >= b:
+                    met = False
+                    missed.append(f"{kind}: {a / b:.2f}× Dask + CuPy")
+        if not figs:
+            return "not measured here (pybridge bench scaling --gpus 1)", None, ""
+        return "; ".join(figs), met, "; ".join(missed)
+
+    return check
+
+
 def _external(bench: str, text: str) -> Callable[..., tuple[str, bool | None, str]]:
     """Targets judged by the kernel benchmarks' own rows: those carrying ``target_met`` (pybridge's
     kernels, % of the same run's reference); one figure per op and size, the best of pybridge's paths."""
@@ -218,6 +250,17 @@ TARGETS: list[Target] = [
            _external("bandwidth", "see the bandwidth table")),
     Target(14, "matmul f32 (no TF32) at 2048–8192: ≥ 75% of cuBLAS SGEMM of the same run",
            _external("matmul", "see the matmul table")),
+    Target(23, "Exchange, pybridge's side, both directions: ≤ 2 µs, no host-blocking sync (tests/gpu/test_exchange_order.py)",
+           _exchange_target),
+    Target(23, "cuda scalar entry point (with the sync it needs) ≤ 1.2× the bare cffi call + sync",
+           _ratio_target("futhark-call (cuda)", ov.FUT_DEFAULT, "futhark-call (cuda)", ov.FUT_CFFI_API, 1.2)),
+    Target(23, "cuda array entry point on resident handles ≤ 1.5× the bare cffi entry + free",
+           _ratio_target("futhark-array-call (cuda)", "pybridge lib.saxpy(a, hx, hy).free()", "futhark-array-call (cuda)",
+                         "bare cffi entry + free", 1.5)),
+    Target(23, "30-op chain, pybridge vs the same library from C (cuda): ≤ +1 µs",
+           _added_target("futhark-chain30 (cuda)", "pybridge chain30(h).free(); sync()", ov.FUT_C, 1.0)),
+    Target(23, "pybridge.dask on one GPU, 4 chunks: ≥ 0.8 of one direct call (strong scaling)", _dask_target("direct")),
+    Target(23, "pybridge.dask on one GPU: faster than Dask + CuPy on the same graph", _dask_target("peer")),
     Target(23, "Real programs, c: added per call over Futhark's own executable ≤ 2 µs (median, calls < 1 ms)",
            _summary_target("c", "added µs, calls < 1 ms: median")),
     Target(23, "Real programs, c: added per call ≤ 4 µs for the worst entry shape (calls < 1 ms)",
