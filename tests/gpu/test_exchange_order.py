@@ -17,6 +17,7 @@ computed beforehand with another seed kept alive, so stale memory cannot hold th
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -190,3 +191,35 @@ def test_futhark_reads_a_producer_still_computing(probe: pf.Library, producer: s
     got = probe.saxpy(1.0, hy, zeros).numpy()  # 1 * y + 0 == y exactly
     bad = np.flatnonzero(got != want)
     assert bad.size == 0, f"{producer}: {bad.size} elements differ: Futhark did not wait for the producer"
+
+
+# ------------------------------------------------------------------ work that may still fail
+
+PARERR = Path(__file__).resolve().parents[1] / "programs" / "parerr.fut"
+
+
+@pytest.fixture(scope="module")
+def parerr() -> Iterator[pf.Library]:
+    from pybridge.futhark.build import futhark_compiler
+
+    if futhark_compiler() is None:
+        pytest.skip("no Futhark compiler to build tests/programs/parerr.fut for cuda (set FUTHARK)")
+    lib = pf.load(PARERR, backend="cuda")
+    yield lib
+    lib.close()
+
+
+@pytest.mark.parametrize("via", ["cai", "dlpack"])
+def test_an_export_of_work_that_may_fail_raises_its_error(parerr: pf.Library, via: str) -> None:
+    """gather's kernel checks its indices: its failure is known only at the next sync, so the
+    export syncs (and raises) instead of handing on the data of a failed computation."""
+    xs = parerr.types["[]i64"].new(np.arange(10, dtype=np.int64))
+    bad = parerr.gather(xs, np.array([1, 2, 99], np.int64))
+    with pytest.raises(pf.ProgramError, match="out of bounds|Index"):
+        bad.__cuda_array_interface__ if via == "cai" else bad.__dlpack__(stream=1)
+    good = parerr.gather(xs, np.array([3, 1, 4], np.int64))
+    cai = good.__cuda_array_interface__
+    assert cai["stream"] is None, "work that may fail was handed on unsynced"
+    assert good.numpy().tolist() == [3, 1, 4]
+    ok = parerr.pmap(parerr.types["[]f64"].new(np.ones(4)))  # no check in the kernel: no sync needed
+    assert ok.__cuda_array_interface__["stream"] == futhark_stream(parerr).stream
