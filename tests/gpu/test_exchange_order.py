@@ -22,7 +22,6 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import library_sources
 
 import pybridge.futhark as pf
 from pybridge.futhark.gpustream import futhark_stream
@@ -33,11 +32,24 @@ K, N = 400_000, 2**22  # spin: dependent steps per element, elements (tens of ms
 NOT_READY = 600  # CUDA_ERROR_NOT_READY
 
 
-@pytest.fixture(scope="module", params=library_sources("probe", ("cuda",)))
-def probe(request: Any) -> Iterator[pf.Library]:
-    lib = pf.load(request.param)
+PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
+
+
+def _cuda_program(name: str) -> pf.Library:
+    from pybridge.futhark.build import futhark_compiler
+
+    if futhark_compiler() is None:
+        pytest.skip(f"no Futhark compiler to build tests/programs/{name}.fut for cuda (set FUTHARK)")
+    lib = pf.load(PROGRAMS / f"{name}.fut", backend="cuda")
     if futhark_stream(lib) is None:
-        pytest.fail(f"{request.param}: no pybridge_cuda_stream accessor (csource.py did not run?)")
+        pytest.fail(f"{name}: no pybridge_cuda_stream accessor (csource.py did not run?)")
+    return lib
+
+
+@pytest.fixture(scope="module")
+def probe() -> Iterator[pf.Library]:
+    """spin (slow on purpose) and saxpy."""
+    lib = _cuda_program("spin")
     yield lib
     lib.close()
 
@@ -195,16 +207,9 @@ def test_futhark_reads_a_producer_still_computing(probe: pf.Library, producer: s
 
 # ------------------------------------------------------------------ work that may still fail
 
-PARERR = Path(__file__).resolve().parents[1] / "programs" / "parerr.fut"
-
-
 @pytest.fixture(scope="module")
 def parerr() -> Iterator[pf.Library]:
-    from pybridge.futhark.build import futhark_compiler
-
-    if futhark_compiler() is None:
-        pytest.skip("no Futhark compiler to build tests/programs/parerr.fut for cuda (set FUTHARK)")
-    lib = pf.load(PARERR, backend="cuda")
+    lib = _cuda_program("parerr")
     yield lib
     lib.close()
 
