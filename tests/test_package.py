@@ -70,8 +70,10 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (pybridge_wheel,) = (tmp / "dist").glob("pybridge-*.whl")
     venv = tmp / "venv"
     _run([_base_python(), "-m", "venv", str(venv)])
+    # No PYTHONPATH: a checkout on it (with a pybridge.egg-info) would make pip skip the wheel.
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "numpy", "cffi",
-          str(pybridge_wheel), str(wheel)])
+          str(pybridge_wheel), str(wheel)], env=clean)
     outside = tmp / "elsewhere"
     outside.mkdir()
     return {"wheel": wheel, "venv": venv, "outside": outside, "tmp": tmp}
