@@ -40,9 +40,9 @@ from .types import _NP_INTS, PRIMITIVES
 # The exact types an argument may have to skip its converter: cffi takes them as they are, with the
 # value the converter would give, and checks an integer's range itself (OverflowError: the plan
 # then runs the converter for the error that names the parameter). NumPy scalars are what loaders
-# return (issue 23). Not here: f32 from a Python float or np.float64 (a finite value beyond f32's
-# range must raise; cffi would pass inf; tested inline below), f16 (passed as its bits), bool for
-# numbers and numbers for bool (refused by the converter).
+# return (issue 23). Not here: f32 from a float or np.float64 (a finite value beyond f32's range
+# must raise, cffi would pass inf: tested inline), f16 (passed as its bits), bool for numbers and
+# numbers for bool (refused by the converter).
 _INTS = frozenset({int}) | _NP_INTS
 _PASS: dict[str, frozenset[type]] = {
     **{name: _INTS for name in ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")},
@@ -81,9 +81,11 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
                 pre.append(f"a{i} = conv{i}(a{i})")
             else:
                 env[f"T{i}"] = exact
-                if prim.name == "f32":  # a float within f32's range goes as it is (NaN: the converter)
-                    env["F32_MAX"] = _F32_MAX
-                    pre.append(f"if type(a{i}) not in T{i} and not (type(a{i}) is float and -F32_MAX <= a{i} <= F32_MAX): a{i} = conv{i}(a{i})")
+                if prim.name == "f32":  # np.float32 as it is; a float or np.float64 within f32's range as a float
+                    env["F32"], env["F64"], env["F32_MAX"] = np.float32, np.float64, _F32_MAX
+                    pre += [f"if (t := type(a{i})) is not F32:",
+                            f"    if (t is float or t is F64) and -F32_MAX <= (x := float(a{i})) <= F32_MAX: a{i} = x",
+                            f"    else: a{i} = conv{i}(a{i})  # NaN, inf, out of range, other types: the rule"]
                 else:
                     pre.append(f"if type(a{i}) not in T{i}: a{i} = conv{i}(a{i})")
             c_args.append(f"a{i}")
