@@ -26,7 +26,9 @@ kill the process (measured with Futhark 0.25.32, c and multicore backends):
   ``memblock_alloc_device`` and ``lexical_realloc``, and the definition of a variable passed
   there, when they are products of variables and constants) a checked one: a negative factor gives ``INT64_MIN``, an overflow ``INT64_MAX``; the
   allocation functions turn those into ``FUTHARK_PROGRAM_ERROR`` ("a dimension is negative") and
-  ``FUTHARK_OUT_OF_MEMORY`` ("... cannot exist") before allocating. Other arithmetic keeps
+  ``FUTHARK_OUT_OF_MEMORY`` ("... cannot exist"): ``memblock_alloc*`` before allocating,
+  ``lexical_realloc`` when ``realloc`` refused the size (it refuses every one of them: 2^63 - 1
+  bytes and more), both through one out-of-line function. Other arithmetic keeps
   Futhark's wrapping semantics.
 - multicore: a failed parallel task sets the scheduler's ``error`` flag, which only
   ``scheduler_init`` clears: every later parallel task of that context then drops its subtasks
@@ -150,7 +152,8 @@ _REALLOC_FAILED_FN = (
     "  return FUTHARK_OUT_OF_MEMORY;\n"
     "}\n\n"
 )
-# pybridge <= v6 wrote the checks inline: upgraded to the form above.
+# pybridge <= v6 wrote the checks inline: upgraded to the form above (and still written so where the
+# generated C is laid out otherwise than _size_error_at expects).
 _ALLOC_GUARD_V6 = (
     "    if (size == INT64_MIN) { set_error(ctx, msgprintf(\"Negative allocation for %s: an array dimension is negative.\\n\", desc)); return FUTHARK_PROGRAM_ERROR; } /* pybridge: size-overflow */\n"
     "    if (size == INT64_MAX) { set_error(ctx, msgprintf(\"Failed to allocate memory for %s: its size in bytes does not fit in 64 bits (no such array can exist).\\n\", desc)); return FUTHARK_OUT_OF_MEMORY; }\n"
@@ -307,13 +310,26 @@ _LOCKED = re.compile(r"(?m)^( +)lock_lock\(&ctx->lock\);\n\1worker_local = &ctx-
 _LOCKED_RESET = r"\g<0>\1ctx->scheduler.error = 0; /* pybridge: a failed call's error flag is not sticky */\n"
 
 
+def _size_error_at(text: str) -> int:
+    """Where pybridge_size_error goes: before the first function that calls it, which must come
+    after the context's struct and set_error's declaration (as in the C of Futhark 0.25); -1 if
+    this C is laid out otherwise."""
+    m = _ALLOC_HEAD.search(text)
+    starts = [i for i in (m.start() if m else -1, text.find("static int lexical_realloc("),
+                          text.find("static __attribute__((noinline, cold)) int pybridge_realloc_failed(")) if i >= 0]
+    if not starts:
+        return -1
+    at = min(starts)
+    before = text[:at]
+    ok = _CONTEXT_STRUCT in before and "static void set_error(struct futhark_context* ctx, char *error);" in before
+    return at if ok else -1
+
+
 def _with_size_error(text: str) -> str:
-    """``text`` with pybridge_size_error defined before the first allocation function (after the
-    context's struct and set_error's declaration, which the generated C has before them)."""
+    """``text`` with pybridge_size_error defined before its first caller (see _size_error_at)."""
     if "int pybridge_size_error(" in text:
         return text
-    m = _ALLOC_HEAD.search(text)
-    at = m.start() if m else text.find("static int lexical_realloc(")
+    at = _size_error_at(text)
     return text[:at] + _SIZE_ERROR + text[at:]
 
 
@@ -331,16 +347,17 @@ def harden(text: str) -> tuple[str, list[str]]:
     text, n = _NEGATIVE.subn(r"{ set_error(ctx, msgprintf(\1)); return FUTHARK_PROGRAM_ERROR; }", text)
     if n:
         applied.append("negative-allocation")
-    first_alloc = _ALLOC_HEAD.search(text)
-    struct_at = text.find(_CONTEXT_STRUCT)
-    if ("pb_szmul(" not in text and _STDINT in text and first_alloc and 0 <= struct_at < first_alloc.start()
-            and "static void set_error(struct futhark_context* ctx, char *error);" in text[:first_alloc.start()]):
+    if "pb_szmul(" not in text and _STDINT in text and _ALLOC_HEAD.search(text):
         text, n = _checked_sizes(text)
-        text = _ALLOC_HEAD.sub(lambda m: m.group(1) + _ALLOC_GUARD, text)
-        text, n_failed = _REALLOC_FAILED.subn(lambda m: _REALLOC_FAILED_FN + m.group(1) + _REALLOC_FAILED_GUARD, text)
-        if not n_failed:  # another form of lexical_realloc: checked at its head
-            text = _REALLOC_HEAD.sub(lambda m: m.group(1) + _REALLOC_GUARD, text)
-        text = _with_size_error(text)
+        if _size_error_at(text) >= 0:  # the checks out of line
+            text = _ALLOC_HEAD.sub(lambda m: m.group(1) + _ALLOC_GUARD, text)
+            text, n_failed = _REALLOC_FAILED.subn(lambda m: _REALLOC_FAILED_FN + m.group(1) + _REALLOC_FAILED_GUARD, text)
+            if not n_failed:  # another form of lexical_realloc: checked at its head
+                text = _REALLOC_HEAD.sub(lambda m: m.group(1) + _REALLOC_GUARD, text)
+            text = _with_size_error(text)
+        else:  # C laid out otherwise: the same checks inline, as pybridge <= v6 wrote them
+            text = _ALLOC_HEAD.sub(lambda m: m.group(1) + _ALLOC_GUARD_V6, text)
+            text = _REALLOC_HEAD.sub(lambda m: m.group(1) + _REALLOC_GUARD_V6, text)
         at = text.find(_STDINT) + len(_STDINT)
         text = text[:at] + _SZMUL + text[at:]
         applied.append(f"size-overflow ({n} sizes)")
@@ -370,7 +387,7 @@ def harden(text: str) -> tuple[str, list[str]]:
     if _SZMUL_V6 in text:
         text = text.replace(_SZMUL_V6, _SZMUL)
         upgraded += 1
-    if _ALLOC_GUARD_V6 in text or _REALLOC_GUARD_V6 in text:
+    if (_ALLOC_GUARD_V6 in text or _REALLOC_GUARD_V6 in text) and _size_error_at(text) >= 0:
         text = text.replace(_ALLOC_GUARD_V6, _ALLOC_GUARD)
         if _REALLOC_GUARD_V6 in text:
             moved, n_failed = _REALLOC_FAILED.subn(lambda m: _REALLOC_FAILED_FN + m.group(1) + _REALLOC_FAILED_GUARD,
