@@ -47,6 +47,9 @@ FUT_LDLIBS_cuda      := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcud
 FUT_LDLIBS_opencl    := -lOpenCL -lm
 FUT_LDLIBS_hip       := -lamdhip64 -lhiprtc -lm
 FUT_CFLAGS_cuda      := -I$(CUDA_HOME)/include
+# A library's C flags (pybridge/futhark/build.py's LIB_CFLAGS, which says why); without
+# -fno-semantic-interposition where the compiler does not know it (asked once, when first needed).
+LIB_CFLAGS = $(eval LIB_CFLAGS := -O3 -fPIC $$(shell $(CC) -fno-semantic-interposition -Werror -x c -c -o /dev/null /dev/null 2>/dev/null && echo -fno-semantic-interposition))$(LIB_CFLAGS)
 
 HAVE_FUTHARK = $(if $(FUTHARK),$(shell command -v $(FUTHARK) >/dev/null 2>&1 && echo yes))
 FUTHARK_MISSING = skipped futhark/*.fut and tests/reference/*.fut ($(FUTHARK_BACKENDS)): no Futhark compiler \
@@ -104,7 +107,7 @@ $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json &: $(2)/
 	@cd $(BUILD)/$(3)/$(1) && mv -f .tmp-$$*/$$*.h .tmp-$$*/$$*.json . && mv -f .tmp-$$*/$$*.c . && rmdir .tmp-$$*
 
 $(BUILD)/$(3)/$(1)/lib%.so: $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h
-	$$(CC) -O3 -fPIC -shared $$(FUT_CFLAGS_$(1)) -o $$@ $$< $$(FUT_LDLIBS_$(1))
+	$$(CC) $$(LIB_CFLAGS) -shared $$(FUT_CFLAGS_$(1)) -o $$@ $$< $$(FUT_LDLIBS_$(1))
 
 .PRECIOUS: $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json $(BUILD)/$(3)/$(1)/%.fut
 endef

@@ -16,31 +16,48 @@ handle goes to a consuming parameter, ``values.Codec`` asks ``shared_with_live``
 handle of its group remains (for an opaque value: whenever it has a group, since its own fields may
 share memory), the value is copied first and the copy is consumed (see
 ``values.copy_value`` for how, and RELIABILITY.md for the cost).
+
+A group counts its live members instead of holding them (issue 23: a WeakSet add per result, and a
+callback when the result died, were most of what a call with array results cost). A handle joins
+with ``h._aliases = g; g.live += 1``; the one place a handle stops being live (``Value._release``,
+which sets its status) takes it back with ``h._aliases.live -= 1``: attribute arithmetic only, so no
+signal handler can run in between (RELIABILITY.md, "Ctrl-C"). Should a decrement ever be lost, the
+count is too high, which only makes a consume copy when it need not. Merged groups keep their
+objects: each becomes a node of the surviving root (``parent``), whose ``nodes`` lists them, so a
+group is at most two levels deep and a count is the sum over its root and nodes.
 """
 
 from __future__ import annotations
 
-import weakref
 from typing import Any, Iterable
 
 
 class AliasGroup:
-    """Handles that may share memory. Members are held weakly: a group never keeps a value alive."""
+    """Handles that may share memory, counted, never held (a group keeps no value alive).
 
-    __slots__ = ("members",)
+    ``live``: members that joined this node and have not been released since; ``parent``: the root
+    this node was merged into (None for a root); ``nodes``: a root's merged nodes."""
+
+    __slots__ = ("live", "parent", "nodes", "_pruned_at")
 
     def __init__(self) -> None:
-        self.members: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self.live = 0
+        self.parent: AliasGroup | None = None
+        self.nodes: list[AliasGroup] = []
+        self._pruned_at = 8
+
+    def live_members(self) -> int:
+        """Members of the whole group (this node's root and its nodes) not released yet."""
+        r = self.parent or self
+        return r.live + sum(n.live for n in r.nodes)
 
 
 def join(handles: Iterable[Any]) -> None:
     """Record that ``handles`` (pybridge values; None entries ignored) may share memory. Callers
     hold the handles' context lock, so two joins never merge groups at once.
 
-    Runs after every call with non-unique handle results, so it does only what changes: a handle
-    already in the target group is a member of it (``h._aliases is g`` implies ``h in g.members``:
-    only this function sets either, and a live member never leaves a WeakSet), so it is not
-    added again (each WeakSet.add makes a weak reference)."""
+    Every handle given ends up on the group's root (so the call plan's inline test, "all arguments
+    on one root", holds for the next call); a live one moves its count along."""
     hs = [h for h in handles if h is not None]
     if len(hs) < 2:
         return
@@ -48,27 +65,40 @@ def join(handles: Iterable[Any]) -> None:
     others: list[AliasGroup] = []
     for h in hs:
         g = h._aliases
-        if g is None or g is target:
+        if g is None:
+            continue
+        r = g.parent or g
+        if r is target:
             continue
         if target is None:
-            target = g
-        elif g not in others:
-            others.append(g)
+            target = r
+        elif not any(r is o for o in others):
+            others.append(r)
     if target is None:
         target = AliasGroup()
     elif others:
-        groups = [target, *others]
-        target = max(groups, key=lambda g: len(g.members))
-        for g in groups:
-            if g is not target:
-                for m in _members(g):
-                    m._aliases = target
-                    target.members.add(m)
-    add = target.members.add
+        roots = [target, *others]
+        target = max(roots, key=lambda r: len(r.nodes))
+        nodes = target.nodes
+        for r in roots:
+            if r is not target:
+                for n in r.nodes:
+                    n.parent = target
+                nodes += r.nodes
+                r.nodes = []
+                r.parent = target
+                nodes.append(r)
+        if len(nodes) > target._pruned_at:  # nodes whose members were all released: dropped
+            nodes[:] = [n for n in nodes if n.live]
+            target._pruned_at = 2 * len(nodes) + 8
     for h in hs:
-        if h._aliases is not target:
+        g = h._aliases
+        if g is not target:
+            if h._status is None:
+                if g is not None:
+                    g.live -= 1
+                target.live += 1
             h._aliases = target
-            add(h)
 
 
 def shared_with_live(handle: Any) -> bool:
@@ -81,15 +111,9 @@ def shared_with_live(handle: Any) -> bool:
     # change the other even when no other handle is live. Copy it (store/restore) every time.
     if hasattr(handle, "otype"):
         return True
-    return any(m is not handle and m.valid for m in _members(g))
-
-
-def _members(g: AliasGroup) -> list[Any]:
-    """The live members of ``g`` now. ``list(WeakSet)`` iterates in Python and raises "Set changed
-    size during iteration" when another thread joins or drops a member meanwhile (the fast call
-    path asks ``shared_with_live`` outside the context lock); the underlying set of weak references
-    is copied in one C call instead, which no other thread can interleave with."""
-    return [m for r in g.members.data.copy() if (m := r()) is not None]
+    if handle._ctx.closed:  # every handle of a closed context is invalid
+        return False
+    return g.live_members() - (handle._status is None) > 0
 
 
 __all__ = ["AliasGroup", "join", "shared_with_live"]

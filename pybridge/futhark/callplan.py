@@ -1,9 +1,11 @@
 """A per-entry-point call plan: the common call, compiled once per entry point into one Python function.
 
-The plan covers calls whose arguments are positional and already in their final form: Python ints
-for integer parameters, floats for f64, bools for bool, and handles of the parameter's own type
-and library. Anything else (keywords, NumPy arrays, lists, records as dicts, NumPy scalars, f16/f32
-values) goes to ``EntryPoint._call_general``, which converts and checks it by the documented rules.
+The plan covers calls whose arguments are positional: scalars of the types cffi takes as they are
+(Python and NumPy integers for integer parameters, Python and NumPy floats for f64, np.float32 and
+floats within range for f32, bool and np.bool_ for bool) pass straight to the C call, other scalars
+through the parameter's converter, and handles of the parameter's own type and library pass their
+pointer. Anything else (keywords, NumPy arrays, lists, records as dicts) goes to
+``EntryPoint._call_general``, which converts and checks it by the documented rules.
 No check is dropped, each one moves:
 
 - integer range: cffi checks it in the C call and raises OverflowError before anything runs; the
@@ -33,11 +35,22 @@ from .errors import InvalidHandleError
 from .handles import ArrayHandle, OpaqueHandle
 from .kinds import ArrayKind
 from .shims import shim_name
-from .types import PRIMITIVES
+from .types import _NP_INTS, PRIMITIVES
 
-# The Python type an argument may have to skip its converter (cffi accepts it and checks the range).
-_EXACT = {"i8": int, "i16": int, "i32": int, "i64": int, "u8": int, "u16": int, "u32": int, "u64": int,
-          "f64": float, "bool": bool}
+# The exact types an argument may have to skip its converter: cffi takes them as they are, with the
+# value the converter would give, and checks an integer's range itself (OverflowError: the plan
+# then runs the converter for the error that names the parameter). NumPy scalars are what loaders
+# return (issue 23). Not here: f32 from a float or np.float64 (a finite value beyond f32's range
+# must raise, cffi would pass inf: tested inline), f16 (passed as its bits), bool for numbers and
+# numbers for bool (refused by the converter).
+_INTS = frozenset({int}) | _NP_INTS
+_PASS: dict[str, frozenset[type]] = {
+    **{name: _INTS for name in ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")},
+    "f64": frozenset({float, np.float64, np.float32, np.float16}),
+    "f32": frozenset({np.float32, np.float16}),
+    "bool": frozenset({bool, np.bool_}),
+}
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def compile_plan(ep: Any) -> Callable[..., Any]:
@@ -62,13 +75,19 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
     for i, p in enumerate(info.inputs):
         prim = PRIMITIVES.get(p.type)
         if prim is not None:
-            exact = None if p.name in ep._sizes.size_params else _EXACT.get(prim.name)
+            exact = None if p.name in ep._sizes.size_params else _PASS.get(prim.name)
             env[f"conv{i}"] = ep._convs[i]
             if exact is None:
                 pre.append(f"a{i} = conv{i}(a{i})")
             else:
                 env[f"T{i}"] = exact
-                pre.append(f"if type(a{i}) is not T{i}: a{i} = conv{i}(a{i})")
+                if prim.name == "f32":  # np.float32 as it is; a float or np.float64 within f32's range as a float
+                    env["F32"], env["F64"], env["F32_MAX"] = np.float32, np.float64, _F32_MAX
+                    pre += [f"if (t := type(a{i})) is not F32:",
+                            f"    if (t is float or t is F64) and -F32_MAX <= (x := float(a{i})) <= F32_MAX: a{i} = x",
+                            f"    else: a{i} = conv{i}(a{i})  # NaN, inf, out of range, other types: the rule"]
+                else:
+                    pre.append(f"if type(a{i}) not in T{i}: a{i} = conv{i}(a{i})")
             c_args.append(f"a{i}")
             continue
         kind = lib.types[p.type]
@@ -137,22 +156,19 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
     shared_ins = [i for i in handles if not info.inputs[i].unique]
     link: list[str] = []
     if shared_outs and len(shared_outs) + len(shared_ins) > 1:
-        outs_r = [f"r[{k}]" if len(results) > 1 else "r" for k in shared_outs]
-        general = f"join([{', '.join([f'a{i}' for i in shared_ins] + outs_r)}])"
-        link = [f"r = {ret}"]
+        outs_h = [f"h{k}" for k in shared_outs]
+        general = f"join([{', '.join([f'a{i}' for i in shared_ins] + outs_h)}])"
         if shared_ins:
-            # The common case, inlined: the handle arguments are already in one group (from an
-            # earlier call) and the results are new, so the results join that group. Else join().
-            same = " and ".join(f"a{i}._aliases is g" for i in shared_ins[1:])
+            # The common case, inlined: the handle arguments are already on one group's root (from
+            # an earlier call) and the results are new, so the results join that group. Else join().
+            same = "".join(f" and a{i}._aliases is g" for i in shared_ins[1:])
             link += [f"g = a{shared_ins[0]}._aliases",
-                     f"if g is not None{' and ' + same if same else ''}:",
-                     "    add = g.members.add",
-                     *(f"    {o}._aliases = g; add({o})" for o in outs_r),
+                     f"if g is not None and g.parent is None{same}:",
+                     f"    {' = '.join(f'{o}._aliases' for o in outs_h)} = g; g.live += {len(outs_h)}",
                      "else:",
                      f"    {general}"]
         else:
             link.append(general)
-        ret = "r"
     unpack = f"{', '.join(args)}, = args" if n else "pass"
     shell_args = "(" + "".join(f"h{k}, " for k in range(len(info.outputs)) if info.outputs[k].type not in PRIMITIVES) + ")"
     consumed_args = "(" + "".join(f"a{i}, " for i in consumed) + ")"

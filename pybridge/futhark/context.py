@@ -147,6 +147,7 @@ class Context:
             lib.futhark_context_config_free(cfg)
             raise FutharkError(f"could not create the Futhark context: {msg}", None, "futhark_context_new")
         self._state = _State(ffi, lib, cfg, ctx)
+        self._sync_fn = lib.futhark_context_sync
         self._pending_host: list[Any] = []  # host buffers of in-flight async copies (GPU backends)
         self.lock = self._state.lock
         # atexit=False: _close_at_exit closes at exit, with a bound on the wait.
@@ -242,8 +243,11 @@ class Context:
     def sync(self) -> None:
         """Wait for all outstanding work; errors of asynchronous work surface here. The GIL is
         released while it waits (cffi); other threads' calls on this context wait for the lock."""
-        with self.lock:
-            rc = self.lib.futhark_context_sync(self.ptr)
+        s = self._state  # (Context.ptr and the library's attribute, inlined: issue 23)
+        with s.lock:
+            if not s.open:
+                raise InvalidHandleError("the Futhark context is closed")
+            rc = self._sync_fn(s.ctx)
             if self._pending_host:
                 self._pending_host.clear()
             if rc != 0:

@@ -26,7 +26,9 @@ kill the process (measured with Futhark 0.25.32, c and multicore backends):
   ``memblock_alloc_device`` and ``lexical_realloc``, and the definition of a variable passed
   there, when they are products of variables and constants) a checked one: a negative factor gives ``INT64_MIN``, an overflow ``INT64_MAX``; the
   allocation functions turn those into ``FUTHARK_PROGRAM_ERROR`` ("a dimension is negative") and
-  ``FUTHARK_OUT_OF_MEMORY`` ("... cannot exist") before allocating. Other arithmetic keeps
+  ``FUTHARK_OUT_OF_MEMORY`` ("... cannot exist"): ``memblock_alloc*`` before allocating,
+  ``lexical_realloc`` when ``realloc`` refused the size (it refuses every one of them: 2^63 - 1
+  bytes and more), both through one out-of-line function. Other arithmetic keeps
   Futhark's wrapping semantics.
 - multicore: a failed parallel task sets the scheduler's ``error`` flag, which only
   ``scheduler_init`` clears: every later parallel task of that context then drops its subtasks
@@ -72,19 +74,27 @@ _OWN_QUEUE_DRAINED = (
 )
 
 
-# Out of line and cold, so that the compiler lays the rare path away from the loop and cannot
-# thread its result into the caller (a constant result there made GCC restructure a hot loop).
-_LOWEST_DIV = (
-    "/* pybridge: i{b}.lowest / -1 wraps to i{b}.lowest (and its remainder is 0), as in Futhark's interpreter */\n"
-    "static __attribute__((noinline, cold)) int{b}_t pybridge_lowest_div{b}(int{b}_t x) {{ return x; }}\n"
-)
+_OLD_MARK = re.compile(r"\A/\* pybridge: hardened v\d+ \*/\n")
 
 
 # ---- checked allocation sizes
 _SZMUL = (
     "/* pybridge: checked products for allocation sizes: INT64_MIN if a factor is negative,\n"
     "   INT64_MAX if the product overflows (see pybridge/futhark/csource.py) */\n"
-    "static inline int64_t pb_szmul(int64_t a, int64_t b) {\n"
+    "static __attribute__((noinline)) int64_t pb_szmul(int64_t a, int64_t b) {\n"
+    "  int64_t r;\n"
+    "  if ((a | b) < 0) return INT64_MIN;\n"
+    "  if (__builtin_mul_overflow(a, b, &r)) return INT64_MAX;\n"
+    "  return r;\n"
+    "}\n"
+)
+# Out of line, and no division: the sizes are computed outside loops, once per allocation, but the
+# inlined checks changed the register allocation of the entry functions' loops (kmeans +2.6%,
+# averaged over code layouts as described in _division_fixes), and the division that tested for
+# overflow cost small calls with many allocations (sort of 1000 keys) a few percent.
+_SZMUL_V6 = (
+    _SZMUL[: _SZMUL.index("static ")]
+    + "static inline int64_t pb_szmul(int64_t a, int64_t b) {\n"
     "  if (a < 0 || b < 0) return INT64_MIN;\n"
     "  if (a != 0 && b > INT64_MAX / a) return INT64_MAX;\n"
     "  return a * b;\n"
@@ -118,15 +128,57 @@ _GPU_ALLOC_CHECKED = (
 _ALLOC_HEAD = re.compile(
     r"(?m)^(int memblock_alloc\w*\(struct futhark_context \*ctx, struct memblock\w* \*block, int64_t size, const char \*desc\)\n\{\n)"
 )
-_ALLOC_GUARD = (  # the messages say "Negative allocation" / "Failed to allocate": errors.error_for's classes
-    "    if (size == INT64_MIN) { set_error(ctx, msgprintf(\"Negative allocation for %s: an array dimension is negative.\\n\", desc)); return FUTHARK_PROGRAM_ERROR; } /* pybridge: size-overflow */\n"
-    "    if (size == INT64_MAX) { set_error(ctx, msgprintf(\"Failed to allocate memory for %s: its size in bytes does not fit in 64 bits (no such array can exist).\\n\", desc)); return FUTHARK_OUT_OF_MEMORY; }\n"
+# The two checks live out of line (one unlikely branch at each allocation): inlined, their
+# set_error/msgprintf calls in lexical_realloc (which is inlined into every entry function) cost a
+# sort of 1000 keys 3% (see _division_fixes for how this was measured).
+_SIZE_ERROR = (  # the messages say "Negative allocation" / "Failed to allocate": errors.error_for's classes
+    "/* pybridge: the sizes pb_szmul marks: INT64_MIN (a negative dimension), INT64_MAX (too large) */\n"
+    "static __attribute__((noinline, cold)) int pybridge_size_error(struct futhark_context *ctx, int64_t size, const char *desc) {\n"
+    "  if (size == INT64_MAX) {\n"
+    "    set_error(ctx, desc ? msgprintf(\"Failed to allocate memory for %s: its size in bytes does not fit in 64 bits (no such array can exist).\\n\", desc)\n"
+    "                        : msgprintf(\"Failed to allocate memory: its size in bytes does not fit in 64 bits (no such array can exist).\\n\"));\n"
+    "    return FUTHARK_OUT_OF_MEMORY;\n"
+    "  }\n"
+    "  set_error(ctx, desc ? msgprintf(\"Negative allocation for %s: an array dimension is negative.\\n\", desc)\n"
+    "                      : msgprintf(\"Negative allocation: an array dimension is negative.\\n\"));\n"
+    "  return FUTHARK_PROGRAM_ERROR;\n"
+    "}\n"
+)
+_ALLOC_GUARD = (
+    "    if (__builtin_expect(size == INT64_MIN || size == INT64_MAX, 0)) return pybridge_size_error(ctx, size, desc); /* pybridge: size-overflow */\n"
 )
 _REALLOC_HEAD = re.compile(r"(?m)^(static int lexical_realloc\(struct futhark_context \*ctx,\n[^{]*\{\n)")
 _REALLOC_GUARD = (
+    "  if (__builtin_expect(new_size < 0 || new_size == INT64_MAX, 0)) return pybridge_size_error(ctx, new_size < 0 ? INT64_MIN : new_size, NULL); /* pybridge: size-overflow */\n"
+)
+# lexical_realloc is inlined into every entry function: there the check goes where realloc failed,
+# which it does for every such size (2^63 - 1 bytes and more: no address space has them), and out
+# of line, so the inlined code is what Futhark wrote (a check at its head made GCC inline the
+# function's error path too, and cost kmeans 3%).
+_REALLOC_FAILED = re.compile(
+    r"(?m)^(static int lexical_realloc\(struct futhark_context \*ctx,\n[^{]*\{\n"
+    r"  unsigned char \*new = realloc\(\*ptr, \(size_t\)new_size\);\n  if \(new == NULL\) \{\n)"
+    r"    lexical_realloc_error\(ctx, new_size\);\n    return FUTHARK_OUT_OF_MEMORY;\n"
+)
+_REALLOC_FAILED_GUARD = "    return pybridge_realloc_failed(ctx, new_size); /* pybridge: size-overflow */\n"
+_REALLOC_FAILED_FN = (
+    "static __attribute__((noinline, cold)) int pybridge_realloc_failed(struct futhark_context *ctx, int64_t new_size) {\n"
+    "  if (new_size < 0 || new_size == INT64_MAX) return pybridge_size_error(ctx, new_size < 0 ? INT64_MIN : new_size, NULL);\n"
+    "  lexical_realloc_error(ctx, new_size);\n"
+    "  return FUTHARK_OUT_OF_MEMORY;\n"
+    "}\n\n"
+)
+# pybridge <= v6 wrote the checks inline: upgraded to the form above (and still written so where the
+# generated C is laid out otherwise than _size_error_at expects).
+_ALLOC_GUARD_V6 = (
+    "    if (size == INT64_MIN) { set_error(ctx, msgprintf(\"Negative allocation for %s: an array dimension is negative.\\n\", desc)); return FUTHARK_PROGRAM_ERROR; } /* pybridge: size-overflow */\n"
+    "    if (size == INT64_MAX) { set_error(ctx, msgprintf(\"Failed to allocate memory for %s: its size in bytes does not fit in 64 bits (no such array can exist).\\n\", desc)); return FUTHARK_OUT_OF_MEMORY; }\n"
+)
+_REALLOC_GUARD_V6 = (
     "  if (new_size < 0) { set_error(ctx, msgprintf(\"Negative allocation: an array dimension is negative.\\n\")); return FUTHARK_PROGRAM_ERROR; } /* pybridge: size-overflow */\n"
     "  if (new_size == INT64_MAX) { set_error(ctx, msgprintf(\"Failed to allocate memory: its size in bytes does not fit in 64 bits (no such array can exist).\\n\")); return FUTHARK_OUT_OF_MEMORY; }\n"
 )
+_CONTEXT_STRUCT = "\nstruct futhark_context {\n"
 _SIZE_DEF = re.compile(r"(?m)^(\s*int64_t (?:bytes|binop_x|binop_y|total_sizze)_\d+ = )([^;\n]*\*[^;\n]*);$")
 _SIZE_ARG = re.compile(
     r"(?m)^(\s*(?:if \(|err = )?(?:memblock_alloc\w*\(ctx, &[\w>-]+, |lexical_realloc\(ctx, &\w+, &\w+, ))([^,;\n]*\*[^,;\n]*)(, \"|\);)"
@@ -207,28 +259,34 @@ def _checked_sizes(text: str) -> tuple[str, int]:
 def _division_fixes() -> list[tuple[str, str]]:
     """(generated text, guarded text) for the signed division functions that can trap.
 
-    Only ``lowest / -1`` traps, so the quotients test both operands: where the compiler knows the
-    dividend is not the lowest value (index arithmetic: a loop counter, a size) the test folds away
-    and the division costs what it did unguarded. The remainders take the divisor 1 for -1 (the
-    remainder is 0 either way): a select on the divisor, hoisted out of loops where it is invariant,
-    no new branch. Measured in issue 23 (2-core dev machine, CPU time per run of the executable
-    against the unguarded code, noise about 2%): a division-bound loop -0.9..+1.3% (the earlier
-    `if (y == -1)` guard: +4.3..+6.5%); a stencil indexing by i / w, i % w, a histogram, a sort and
-    k-means within -0.8..+1.9% (the earlier guard: -0.7..+1.8%)."""
+    Only ``lowest / -1`` traps. Every function divides by ``d = y == -1 ? 1 : y`` (the same
+    expression in all of them, so ``x / y`` and ``x % y`` of one pair of operands stay one ``idiv``
+    after inlining, as in the unguarded code), and the quotients take ``-x`` (wrapping) when
+    ``y == -1``: two selects, no branch; where ``y`` is loop-invariant the test is hoisted, where
+    the compiler knows ``y != -1`` (a constant, a size) it folds away.
+
+    Measured in issue 23 (2-core dev machine, Futhark's own executable with its -r/-t timer, each
+    variant linked at 8 code offsets, 0-112 bytes, because code layout alone moved these programs by
+    up to +-10%; ratios to the unguarded code, mean over the offsets): the stencil of
+    benchmarks/programs (i / w, i % w) 0.969 (the v6 form, a divisor select in the remainders only,
+    left two idivs per element: 1.024), a histogram 0.999 (1.000), division-bound loops of random
+    operands 1.004 / 1.028 / 1.009 (v6: 1.017 / 1.033 / 1.046); a branch on the operands instead
+    (``if (x == lowest && y == -1)``) cost the histogram 7.5%."""
     pairs = []
     for bits in (32, 64):
-        t = f"int{bits}_t"
+        t, u = f"int{bits}_t", f"uint{bits}_t"
         head = f"SCALAR_FUN_ATTR {t} %s{bits}({t} x, {t} y) {{\n"
-        guard = (f"  if (__builtin_expect(x == INT{bits}_MIN && y == -1, 0)) return pybridge_lowest_div{bits}(x);"
-                 " /* pybridge: no SIGFPE on lowest / -1 */\n")
+        neg = f"({t}) (0 - ({u}) x)"  # -x, wrapping: lowest / -1 == lowest
+        note = " /* pybridge: no SIGFPE on lowest / -1 */"
         pairs += [
-            (head % "sdiv" + f"  {t} q = x / y;\n", head % "sdiv" + guard + f"  {t} q = x / y;\n"),
+            (head % "sdiv" + f"  {t} q = x / y;\n  {t} r = x % y;\n",
+             head % "sdiv" + f"  {t} d = y == -1 ? 1 : y;{note}\n  {t} q = y == -1 ? {neg} : x / d;\n  {t} r = x % d;\n"),
             (head % "smod" + f"  {t} r = x % y;\n",
              head % "smod" + f"  {t} r = x % (y == -1 ? 1 : y); /* pybridge: no SIGFPE on lowest % -1 */\n"),
         ]
         one_line = f"SCALAR_FUN_ATTR {t} %s{bits}({t} x, {t} y) {{ return %s; }}"
         pairs += [
-            (one_line % ("squot", "x / y"), head % "squot" + guard + "  return x / y;\n}"),
+            (one_line % ("squot", "x / y"), one_line % ("squot", f"y == -1 ? {neg} : x / (y == -1 ? 1 : y)")),
             (one_line % ("srem", "x % y"), one_line % ("srem", "x % (y == -1 ? 1 : y)")),
             (one_line % ("squot_safe", "y == 0 ? 0 : x / y"), one_line % ("squot_safe", f"y == 0 ? 0 : squot{bits}(x, y)")),
             (one_line % ("srem_safe", "y == 0 ? 0 : x % y"), one_line % ("srem_safe", f"y == 0 ? 0 : srem{bits}(x, y)")),
@@ -236,12 +294,59 @@ def _division_fixes() -> list[tuple[str, str]]:
     return pairs
 
 
+def _division_upgrades() -> list[tuple[str, str]]:
+    """(v6 text, current text): C hardened by pybridge <= v6 (carried generated C, ``make`` with
+    FUTHARK=/bin/true) gets the current form of the two functions that changed."""
+    out = []
+    for bits in (32, 64):
+        t = f"int{bits}_t"
+        head = f"SCALAR_FUN_ATTR {t} %s{bits}({t} x, {t} y) {{\n"
+        guard = (f"  if (__builtin_expect(x == INT{bits}_MIN && y == -1, 0)) return pybridge_lowest_div{bits}(x);"
+                 " /* pybridge: no SIGFPE on lowest / -1 */\n")
+        for name, plain in (("sdiv", f"  {t} q = x / y;\n  {t} r = x % y;\n"), ("squot", "  return x / y;\n}")):
+            generated = head % name + plain if name == "sdiv" else f"SCALAR_FUN_ATTR {t} squot{bits}({t} x, {t} y) {{ return x / y; }}"
+            current = dict(_DIVISION)[generated]
+            v6 = head % name + guard + plain
+            out.append((v6, current))
+    return out
+
+
+def _v6_helper(bits: int) -> str:
+    """The out-of-line helper of the v6 quotient guards (removed once nothing calls it)."""
+    return (f"/* pybridge: i{bits}.lowest / -1 wraps to i{bits}.lowest (and its remainder is 0), as in Futhark's interpreter */\n"
+            f"static __attribute__((noinline, cold)) int{bits}_t pybridge_lowest_div{bits}(int{bits}_t x) {{ return x; }}\n")
+
+
 _DIVISION = _division_fixes()
+_DIVISION_V6 = _division_upgrades()
 
 # multicore: every API function takes the context lock and then names worker 0; the scheduler's
 # error flag of an earlier failed call is cleared there (only scheduler_init cleared it).
 _LOCKED = re.compile(r"(?m)^( +)lock_lock\(&ctx->lock\);\n\1worker_local = &ctx->scheduler\.workers\[0\];\n")
 _LOCKED_RESET = r"\g<0>\1ctx->scheduler.error = 0; /* pybridge: a failed call's error flag is not sticky */\n"
+
+
+def _size_error_at(text: str) -> int:
+    """Where pybridge_size_error goes: before the first function that calls it, which must come
+    after the context's struct and set_error's declaration (as in the C of Futhark 0.25); -1 if
+    this C is laid out otherwise."""
+    m = _ALLOC_HEAD.search(text)
+    starts = [i for i in (m.start() if m else -1, text.find("static int lexical_realloc("),
+                          text.find("static __attribute__((noinline, cold)) int pybridge_realloc_failed(")) if i >= 0]
+    if not starts:
+        return -1
+    at = min(starts)
+    before = text[:at]
+    ok = _CONTEXT_STRUCT in before and "static void set_error(struct futhark_context* ctx, char *error);" in before
+    return at if ok else -1
+
+
+def _with_size_error(text: str) -> str:
+    """``text`` with pybridge_size_error defined before its first caller (see _size_error_at)."""
+    if "int pybridge_size_error(" in text:
+        return text
+    at = _size_error_at(text)
+    return text[:at] + _SIZE_ERROR + text[at:]
 
 
 def harden(text: str) -> tuple[str, list[str]]:
@@ -260,8 +365,15 @@ def harden(text: str) -> tuple[str, list[str]]:
         applied.append("negative-allocation")
     if "pb_szmul(" not in text and _STDINT in text and _ALLOC_HEAD.search(text):
         text, n = _checked_sizes(text)
-        text = _ALLOC_HEAD.sub(lambda m: m.group(1) + _ALLOC_GUARD, text)
-        text = _REALLOC_HEAD.sub(lambda m: m.group(1) + _REALLOC_GUARD, text)
+        if _size_error_at(text) >= 0:  # the checks out of line
+            text = _ALLOC_HEAD.sub(lambda m: m.group(1) + _ALLOC_GUARD, text)
+            text, n_failed = _REALLOC_FAILED.subn(lambda m: _REALLOC_FAILED_FN + m.group(1) + _REALLOC_FAILED_GUARD, text)
+            if not n_failed:  # another form of lexical_realloc: checked at its head
+                text = _REALLOC_HEAD.sub(lambda m: m.group(1) + _REALLOC_GUARD, text)
+            text = _with_size_error(text)
+        else:  # C laid out otherwise: the same checks inline, as pybridge <= v6 wrote them
+            text = _ALLOC_HEAD.sub(lambda m: m.group(1) + _ALLOC_GUARD_V6, text)
+            text = _REALLOC_HEAD.sub(lambda m: m.group(1) + _REALLOC_GUARD_V6, text)
         at = text.find(_STDINT) + len(_STDINT)
         text = text[:at] + _SZMUL + text[at:]
         applied.append(f"size-overflow ({n} sizes)")
@@ -276,22 +388,36 @@ def harden(text: str) -> tuple[str, list[str]]:
         if n:
             applied.append("multicore-error-reset")
     patched = 0
-    first = None
     for generated, guarded in _DIVISION:
         # At the start of a line only: the GPU program is embedded as string literals, left alone.
-        m = re.search("(?m)^" + re.escape(generated), text)
-        if m:
-            first = m.start() if first is None else min(first, m.start())
         text, n = re.subn("(?m)^" + re.escape(generated), lambda _match, g=guarded: g, text)
         patched += n
     if patched:
-        if "pybridge_lowest_div32(" in text and "int32_t pybridge_lowest_div32(int32_t x)" not in text:
-            assert first is not None
-            helpers = _LOWEST_DIV.format(b=32) + _LOWEST_DIV.format(b=64)
-            text = text[:first] + helpers + text[first:]
         applied.append("division-overflow")
+    upgraded = 0
+    for v6, current in _DIVISION_V6:  # C hardened by an older pybridge: the current, cheaper form
+        if v6 in text:
+            text = text.replace(v6, current)
+            upgraded += 1
+    for bits in (32, 64):
+        helper = _v6_helper(bits)
+        if helper in text and text.count(f"pybridge_lowest_div{bits}(") == 1:  # its definition only
+            text = text.replace(helper, "")
+    if _SZMUL_V6 in text:
+        text = text.replace(_SZMUL_V6, _SZMUL)
+        upgraded += 1
+    if (_ALLOC_GUARD_V6 in text or _REALLOC_GUARD_V6 in text) and _size_error_at(text) >= 0:
+        text = text.replace(_ALLOC_GUARD_V6, _ALLOC_GUARD)
+        if _REALLOC_GUARD_V6 in text:
+            moved, n_failed = _REALLOC_FAILED.subn(lambda m: _REALLOC_FAILED_FN + m.group(1) + _REALLOC_FAILED_GUARD,
+                                                   text.replace(_REALLOC_GUARD_V6, ""))
+            text = moved if n_failed else text.replace(_REALLOC_GUARD_V6, _REALLOC_GUARD)
+        text = _with_size_error(text)
+        upgraded += 1
+    if upgraded:
+        applied.append("upgraded to the current forms")
     if applied and MARK not in text:
-        text = MARK + "\n" + text
+        text = MARK + "\n" + _OLD_MARK.sub("", text, count=1)
     return text, applied
 
 

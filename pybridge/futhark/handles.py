@@ -80,6 +80,9 @@ class Value:
             # Only a registered value is freed: the registry says which handle owns it.
             self._status = status
             self._keep = None
+            g = self._aliases
+            if g is not None:
+                g.live -= 1  # no longer a live member of its alias group (aliases.py)
             values = state.values
             if state.open and key in values:
                 del values[key]

@@ -158,6 +158,7 @@ class Library:
                 self.source = None
         tuning = {t for e in manifest.entry_points.values() for t in e.tuning_params}
         self.context = Context(self.ffi, self.lib, self.backend, config or Config(), tuning)
+        self.sync = self.context.sync  # lib.sync() is one call, not two (it follows most calls)
         self.codec = Codec(self)
         self.types: dict[str, ArrayKind | OpaqueKind] = {}
         for name, info in manifest.types.items():
