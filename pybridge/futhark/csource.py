@@ -56,7 +56,7 @@ import re
 import sys
 from pathlib import Path
 
-MARK = "/* pybridge: hardened v7 */"  # part of pybridge build's cache key: a new fix rebuilds
+MARK = "/* pybridge: hardened v8 */"  # part of pybridge build's cache key: a new fix rebuilds
 
 _MALLOC = "    *mem_out = malloc(size);\n"
 _MALLOC_CHECKED = (
