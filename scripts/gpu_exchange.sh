@@ -5,6 +5,7 @@
 # after wait, beside Dask + CuPy on the same graph). Carry .gpu-wheels, .whl (dask, distributed and
 # their needs: pip download --python-version 3.12 --only-binary=:all: -d .whl dask distributed),
 # build/futhark/cuda, build/reference/cuda (make -k futhark FUTHARK_BACKEND=cuda) and .carry-futhark.
+# Then `pybridge bench overhead` (cuda entry points against their floors; SKIP_OVERHEAD=1 skips it).
 set -u
 export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=${PYBRIDGE_CACHE:-/tmp/pb-cache}
 OUT=${OUT:-/tmp}
@@ -17,3 +18,7 @@ timeout ${EXCHANGE_TIMEOUT:-150} python3 -m pybridge bench exchange --json "$OUT
 echo "== pybridge bench scaling --gpus 1"
 timeout ${SCALING_TIMEOUT:-240} python3 -m pybridge bench scaling --gpus 1 --repeat ${SCALING_REPEAT:-5} --json "$OUT/scaling.json" 2>"$OUT/scaling.err" | tail -24
 echo "rc=${PIPESTATUS[0]}"; tail -3 "$OUT/scaling.err"
+if [ -z "${SKIP_OVERHEAD:-}" ]; then
+  echo "== pybridge bench overhead (cuda entry points, chain30, launches)"
+  timeout ${OVERHEAD_TIMEOUT:-150} python3 -m pybridge bench overhead --json "$OUT/overhead.json" 2>/dev/null | tail -40
+fi
