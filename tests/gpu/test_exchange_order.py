@@ -158,7 +158,10 @@ def _slow_cupy(cp: Any, stream: Any, x0: np.ndarray) -> Any:
         long long t0 = clock64(); while (clock64() - t0 < cycles) { } }""", "spin")
     with stream:
         xg = cp.asarray(x0)
-        stream.synchronize()  # the host copy first: a copy from pageable memory may block the host
+        spin((1,), (1,), (np.int64(1),))
+        xg * np.float32(2.0) + np.float32(1.0)
+        # the host copy and the kernels' first use (loading a module can synchronise the device) first
+        stream.synchronize()
         spin((1,), (1,), (np.int64(SLEEP_CYCLES),))
         return xg * np.float32(2.0) + np.float32(1.0)
 
@@ -185,7 +188,9 @@ def test_futhark_reads_a_producer_still_computing(probe: pf.Library, producer: s
         ts = torch.cuda.Stream() if "side" in producer else torch.cuda.default_stream()
         with torch.cuda.stream(ts):
             xg = torch.from_numpy(x0).to("cuda")
-            ts.synchronize()
+            torch.cuda._sleep(1)
+            xg * 2.0 + 1.0
+            ts.synchronize()  # the copy and the kernels' first use (a lazy module load syncs) first
             torch.cuda._sleep(SLEEP_CYCLES)  # a spinning kernel (what PyTorch's own stream tests use)
             y = xg * 2.0 + 1.0
             assert not ts.query(), "the producer finished before the exchange: make it slower"
