@@ -40,6 +40,10 @@ kill the process (measured with Futhark 0.25.32, c and multicore backends):
   as allocated with a stale pointer (``iota (2**58)`` returned a handle), and freeing it put that
   pointer on the free list, so every later call of the context failed. The fix records an error
   when ``gpu_alloc`` fails, which the function already turns into ``FUTHARK_OUT_OF_MEMORY``.
+- cuda: ``futhark_context_sync`` pushes its context and, when a kernel reported a failure (a
+  bounds check), returns the error without popping it: the Futhark context stays on the thread's
+  context stack, and after that context is freed the thread's CUDA calls run in a destroyed
+  context (another Futhark context's free then aborted the process). The fix pops it first.
 - cuda: three accessors are appended (``pybridge_cuda_stream``, ``pybridge_cuda_context``,
   ``pybridge_cuda_may_fail``), so that exchanges with CuPy / PyTorch / numba can order on the device
   with CUDA events instead of syncing the host (pybridge/futhark/gpustream.py). Not a fix: the C
@@ -56,7 +60,7 @@ import re
 import sys
 from pathlib import Path
 
-MARK = "/* pybridge: hardened v8 */"  # part of pybridge build's cache key: a new fix rebuilds
+MARK = "/* pybridge: hardened v9 */"  # part of pybridge build's cache key: a new fix rebuilds
 
 _MALLOC = "    *mem_out = malloc(size);\n"
 _MALLOC_CHECKED = (
@@ -112,6 +116,16 @@ _CUDA_ACCESSORS = (
     "__attribute__((visibility(\"default\"))) void *pybridge_cuda_stream(struct futhark_context *ctx) { return (void *) ctx->stream; }\n"
     "__attribute__((visibility(\"default\"))) void *pybridge_cuda_context(struct futhark_context *ctx) { return (void *) ctx->cu_ctx; }\n"
     "__attribute__((visibility(\"default\"))) int pybridge_cuda_may_fail(struct futhark_context *ctx) { return ctx->failure_is_an_option != 0; }\n"
+)
+
+# ---- cuda: futhark_context_sync pushes the context and returns a kernel's failure without popping
+# it: the thread's context stack keeps the Futhark context, and once that context is freed every
+# later CUDA call of the thread (another Futhark context's free: abort) runs in a destroyed context.
+_SYNC_FAILURE = "      ctx->error = get_failure_msg(failure_idx, args);\n\n      return FUTHARK_PROGRAM_ERROR;\n"
+_SYNC_FAILURE_POPPED = (
+    "      ctx->error = get_failure_msg(failure_idx, args);\n"
+    "      cuCtxPopCurrent(&ctx->cu_ctx); /* pybridge: sync-pops-context */\n"
+    "      return FUTHARK_PROGRAM_ERROR;\n"
 )
 
 # ---- a failed device allocation
@@ -377,6 +391,9 @@ def harden(text: str) -> tuple[str, list[str]]:
         at = text.find(_STDINT) + len(_STDINT)
         text = text[:at] + _SZMUL + text[at:]
         applied.append(f"size-overflow ({n} sizes)")
+    if _SYNC_FAILURE in text and "int futhark_context_sync(struct futhark_context* ctx) {\n  CUDA_SUCCEED_OR_RETURN(cuCtxPushCurrent" in text:
+        text = text.replace(_SYNC_FAILURE, _SYNC_FAILURE_POPPED)
+        applied.append("sync-pops-context")
     if _GPU_ALLOC_IGNORED in text:
         text = text.replace(_GPU_ALLOC_IGNORED, _GPU_ALLOC_CHECKED)
         applied.append("gpu-alloc-error")

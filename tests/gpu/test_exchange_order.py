@@ -152,6 +152,16 @@ def test_a_consumer_reads_a_result_still_being_computed(probe: pf.Library, consu
 SLEEP_CYCLES = 100_000_000  # ~50 ms of a spinning kernel at ~2 GHz
 
 
+def _spin(cp: Any, stream: Any, cycles: int = SLEEP_CYCLES) -> None:
+    """A one-thread kernel spinning ``cycles`` clock cycles on ``stream`` (loaded beforehand)."""
+    spin = cp.RawKernel(r"""extern "C" __global__ void spin(long long cycles) {
+        long long t0 = clock64(); while (clock64() - t0 < cycles) { } }""", "spin")
+    spin((1,), (1,), (np.int64(1),))  # module load (it may synchronise) before anything is queued
+    cp.cuda.runtime.deviceSynchronize()
+    with stream:
+        spin((1,), (1,), (np.int64(cycles),))
+
+
 def _slow_cupy(cp: Any, stream: Any, x0: np.ndarray) -> Any:
     """y = 2 x + 1 on ``stream``, queued behind a kernel that spins for tens of milliseconds."""
     spin = cp.RawKernel(r"""extern "C" __global__ void spin(long long cycles) {
@@ -200,10 +210,12 @@ def test_futhark_reads_a_producer_still_computing(probe: pf.Library, producer: s
         from pybridge import cuda
         from pybridge.demo import catalog
 
+        cp = _cupy()
         s = cuda.Stream(non_blocking=True)
         xd, ones = cuda.to_device(x0), cuda.to_device(np.ones(N, np.float32))
-        busy_x, busy_out = cuda.zeros(2**22), cuda.empty(2**22)
-        catalog.cuda_chain(busy_x, 150_000, out=busy_out, stream=s)  # tens of ms queued on s
+        catalog.cuda_saxpy(2.0, xd, ones, stream=s)  # the kernel's first use (its module load) first
+        s.synchronize()
+        _spin(cp, cp.cuda.ExternalStream(s.handle))  # tens of ms queued on s
         y = catalog.cuda_saxpy(2.0, xd, ones, stream=s)
         assert not s.query(), "the producer finished before the exchange: make it slower"
         hy = kind.from_cuda(y)
@@ -237,3 +249,21 @@ def test_an_export_of_work_that_may_fail_raises_its_error(parerr: pf.Library, vi
     assert good.numpy().tolist() == [3, 1, 4]
     ok = parerr.pmap(parerr.types["[]f64"].new(np.ones(4)))  # no check in the kernel: no sync needed
     assert ok.__cuda_array_interface__["stream"] == futhark_stream(parerr).stream
+
+
+def test_a_failed_sync_leaves_no_context_current() -> None:
+    """futhark_context_sync returned a kernel's failure with its context still pushed on the
+    thread; once that context was freed, the next Futhark context's free aborted the process
+    (csource.py, "sync-pops-context"). Here: fail, free, then another context works and closes."""
+    from pybridge.interop import current_context
+
+    before = current_context()
+    lib = _cuda_program("parerr")
+    xs = lib.types["[]i64"].new(np.arange(10, dtype=np.int64))
+    with pytest.raises(pf.ProgramError):
+        lib.gather(xs, np.array([99], np.int64)).numpy()
+    assert current_context() == before, "the failed sync left Futhark's context current"
+    lib.close()
+    other = _cuda_program("spin")
+    assert other.saxpy(2.0, np.ones(3, np.float32), np.ones(3, np.float32)).numpy().tolist() == [3.0, 3.0, 3.0]
+    other.close()
