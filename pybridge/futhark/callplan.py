@@ -49,7 +49,7 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
     sync = any(o.type in PRIMITIVES for o in info.outputs)  # scalar results: the C API asks for a sync
     env: dict[str, Any] = {
         "state": state, "acquire": state.lock.acquire, "release": state.lock.release,
-        "owned": state.lock._is_owned, "lib": lib,
+        "lib": lib,
         "closed": lambda: InvalidHandleError("the Futhark context is closed"),
         "ArrayHandle": ArrayHandle, "OpaqueHandle": OpaqueHandle, "join": join, "shared": shared_with_live,
     }
@@ -166,7 +166,7 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         f"    {unpack}",
         *(f"    {line}" for line in pre),
         # acquire() inside the try: an interrupt at its end (lock taken) then still releases it;
-        # one while it waits raises without the lock, and _is_owned says so.
+        # one while it waits raises without the lock (release() then says so: RuntimeError).
         "    try:",
         "        acquire()",
         "        if not state.open: raise closed()",
@@ -186,8 +186,14 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         *(f"        {line}" for line in check),
         *(f"        {line}" for line in link),
         f"        res = {ret}",
+        # release() is the first call here: a Ctrl-C arriving while this handles another error (a
+        # failed call's) surfaces at the end of the first call, which must not come before it.
+        # RuntimeError: acquire() failed, which it does only while it waits (this thread held none).
         "    except BaseException:",
-        "        if owned(): release()",
+        "        try:",
+        "            release()",
+        "        except RuntimeError:",  # acquire() failed: not this thread's lock
+        "            pass",
         "        raise",
         "    release()",
         "    return res",

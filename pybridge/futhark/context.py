@@ -73,13 +73,19 @@ class _State:
         if timeout < 0:
             with self.lock:  # not acquire() then try: an interrupt between them would keep the lock
                 return self._close_locked()
-        if not self.lock.acquire(timeout=timeout):
-            self.open = False
-            return False
-        try:
-            return self._close_locked()
-        finally:
-            self.lock.release()
+        try:  # acquire() inside it, for the same reason; the handler as in callplan.py's plans
+            if not self.lock.acquire(timeout=timeout):
+                self.open = False
+                return False
+            done = self._close_locked()
+        except BaseException:
+            try:
+                self.lock.release()
+            except RuntimeError:  # acquire() was interrupted while it waited: not held
+                pass
+            raise
+        self.lock.release()
+        return done
 
     def _close_locked(self) -> bool:
         # Resumable (RELIABILITY.md, "Ctrl-C"): a KeyboardInterrupt is raised only at the end of

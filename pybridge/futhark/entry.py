@@ -178,9 +178,10 @@ class EntryPoint:
             with ctx.lock:  # docs/DESIGN.md, "Threads"
                 for v in handles:
                     v.ptr  # still live: another thread may have freed or consumed it since conversion
+                cptr = ctx.ptr  # a property, so out of the try: there, a KeyboardInterrupt before `rc` is set came after the C call
                 step, rc = 1, None
                 try:
-                    rc = self._fn(ctx.ptr, *cells, *c_args)
+                    rc = self._fn(cptr, *cells, *c_args)
                     step = 2
                     if rc == 0:
                         for o, h, c in zip(info.outputs, shells, cells):

@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
+# NumPy 2 imports numpy.ma at the first `np.ma` (coerce's test). Imported here instead: an import
+# that Ctrl-C interrupts can leave CPython's import lock held (RELIABILITY.md, "Ctrl-C").
+import numpy.ma  # noqa: F401
 
 from . import aliases, binformat, restorecheck
 from .cdef import struct_name
