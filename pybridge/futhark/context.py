@@ -230,9 +230,18 @@ class Context:
             p = self.lib.futhark_context_get_error(self.ptr)
             return None if p == self.ffi.NULL else self._take_string(p)
 
+    def drop_error(self) -> None:
+        """Discard Futhark's pending message, if any. Futhark keeps the first message until it is
+        taken (``set_error``), so one a Ctrl-C left unread would be reported for the next failure.
+        Callers hold ``lock``; the context is open."""
+        p = self.lib.futhark_context_get_error(self._state.ctx)
+        if p != self.ffi.NULL:
+            self.lib.free(p)
+
     def error(self, code: int | None, function: str) -> FutharkError:
         """The exception for a failed call, with Futhark's own message."""
-        msg = self.last_error() or f"{function} failed with code {code} (no message from Futhark)"
+        failed = f"failed with code {code}" if code is not None else "returned NULL"
+        msg = self.last_error() or f"{function} {failed} (no message from Futhark)"
         return error_for(code, msg.rstrip("\n"), function)
 
     def error_from(self, code: int, message_ptr: Any, function: str) -> FutharkError:
