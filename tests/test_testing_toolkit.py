@@ -1015,16 +1015,24 @@ def _run_machine(lib: Any, **kw: Any) -> None:
 def test_lifecycle_machine_on_offbyone(offbyone: Any) -> None:
     from pybridge.testing import handle_lifecycle_machine
 
-    machine = handle_lifecycle_machine(offbyone)
-    assert {"create", "read", "free", "misuse", "call_entry", "live_values_match"} <= set(dir(machine))
+    machine = handle_lifecycle_machine(offbyone)  # the Ctrl-C rule included, on Linux
+    assert {"create", "read", "free", "misuse", "call_entry", "interrupted_call", "live_values_match"} <= set(dir(machine))
     machine.TestCase.settings = settings(max_examples=20, stateful_step_count=20, deadline=None, database=None)
     machine.TestCase("runTest").runTest()
     assert offbyone.live_values() == 0
 
 
-def test_lifecycle_machine_on_reference_programs(probe: Any, types_lib: Any) -> None:
-    _run_machine(probe)  # bump consumes: the consume rule runs
-    _run_machine(types_lib)  # fill consumes []i32; points/ranks/... are called
+def test_lifecycle_machine_on_reference_programs() -> None:
+    """probe (bump consumes: the consume rule runs) and types (fill consumes []i32; points, ranks...
+    take NumPy arguments), 25 sequences of 25 steps each, Ctrl-C rule included, in a child process
+    with a time limit: a hang (a lock an interrupt left held) fails, showing every thread's stack,
+    instead of stopping CI."""
+    from pybridge.testing.lifecycle_run import run
+
+    programs = [str(_reference_dir(name) / f"lib{name}.so") for name in ("probe", "types")]
+    summary = run(programs, "c", 50, batch=50, steps=25, timeout=600)
+    assert not summary["crashes"] and not summary["failures"], summary
+    assert summary["sequences"] >= 50, summary
 
 
 def _fresh_copy(src_dir: Path, prog: str, dest: Path) -> Any:

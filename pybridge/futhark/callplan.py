@@ -62,7 +62,7 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
     sync = any(o.type in PRIMITIVES for o in info.outputs)  # scalar results: the C API asks for a sync
     env: dict[str, Any] = {
         "state": state, "acquire": state.lock.acquire, "release": state.lock.release,
-        "owned": state.lock._is_owned, "lib": lib,
+        "lib": lib,
         "closed": lambda: InvalidHandleError("the Futhark context is closed"),
         "ArrayHandle": ArrayHandle, "OpaqueHandle": OpaqueHandle, "join": join, "shared": shared_with_live,
     }
@@ -143,10 +143,13 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
     else:
         env["fn"] = ep._fn
         env["sync"] = lib.lib.futhark_context_sync
+        env["get_error"] = lib.lib.futhark_context_get_error
         call = f"rc = fn(state.ctx, {', '.join(outs + c_args)})"
-        check = [f"if rc: raise self._explained(lib.context.error(rc, {info.cfun!r}), args)"]
+        # The message taken by a C call at once: Futhark keeps the first one until it is taken.
+        check = [f"if rc: m = get_error(state.ctx); raise self._explained(lib.context.error_from(rc, m, {info.cfun!r}), args)"]
         if sync:
-            check += ["rc = sync(state.ctx)", "if rc: raise lib.context.error(rc, 'futhark_context_sync')"]
+            check += ["rc = sync(state.ctx)",
+                      "if rc: m = get_error(state.ctx); raise lib.context.error_from(rc, m, 'futhark_context_sync')"]
     env["settle"] = _settler(lib, [env[f"out{k}"] for k in handle_outs], [env[f"F{k}"] for k in handle_outs],
                              [f"entry point {ep.name!r} (parameter {info.inputs[i].name!r})" for i in consumed],
                              env.get("err"))
@@ -182,7 +185,7 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         f"    {unpack}",
         *(f"    {line}" for line in pre),
         # acquire() inside the try: an interrupt at its end (lock taken) then still releases it;
-        # one while it waits raises without the lock, and _is_owned says so.
+        # one while it waits raises without the lock (release() then says so: RuntimeError).
         "    try:",
         "        acquire()",
         "        if not state.open: raise closed()",
@@ -202,8 +205,14 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         *(f"        {line}" for line in check),
         *(f"        {line}" for line in link),
         f"        res = {ret}",
+        # release() is the first call here: a Ctrl-C arriving while this handles another error (a
+        # failed call's) surfaces at the end of the first call, which must not come before it.
+        # RuntimeError: acquire() failed, which it does only while it waits (this thread held none).
         "    except BaseException:",
-        "        if owned(): release()",
+        "        try:",
+        "            release()",
+        "        except RuntimeError:",  # acquire() failed: not this thread's lock
+        "            pass",
         "        raise",
         "    release()",
         "    return res",
@@ -228,15 +237,17 @@ def _settler(lib: Any, cells: list[Any], frees: list[Any], consumed_by: list[str
     state, ffi = lib.context._state, lib.ffi
 
     def settle(rc: int | None, shells: tuple[Any, ...], args: tuple[Any, ...]) -> None:
+        # A failed call's message is taken here if it was not yet (Futhark keeps the first until
+        # taken; a message left in the shim's cell would make a later settle read a failure).
+        if err is not None:
+            msg = err[0]
+            err[0] = ffi.NULL
+        else:
+            msg = lib.lib.futhark_context_get_error(state.ctx)
+        if msg != ffi.NULL:
+            lib.lib.free(msg)
         if rc is None:
-            if err is not None:
-                msg = err[0]
-                err[0] = ffi.NULL
-            else:
-                msg = lib.lib.futhark_context_get_error(state.ctx)
             rc = 0 if msg == ffi.NULL else 1
-            if rc:
-                lib.lib.free(msg)
         if rc == 0:
             for h, cell, free in zip(shells, cells, frees):
                 if id(h) not in state.values:  # not taken by its shell

@@ -73,13 +73,19 @@ class _State:
         if timeout < 0:
             with self.lock:  # not acquire() then try: an interrupt between them would keep the lock
                 return self._close_locked()
-        if not self.lock.acquire(timeout=timeout):
-            self.open = False
-            return False
-        try:
-            return self._close_locked()
-        finally:
-            self.lock.release()
+        try:  # acquire() inside it, for the same reason; the handler as in callplan.py's plans
+            if not self.lock.acquire(timeout=timeout):
+                self.open = False
+                return False
+            done = self._close_locked()
+        except BaseException:
+            try:
+                self.lock.release()
+            except RuntimeError:  # acquire() was interrupted while it waited: not held
+                pass
+            raise
+        self.lock.release()
+        return done
 
     def _close_locked(self) -> bool:
         # Resumable (RELIABILITY.md, "Ctrl-C"): a KeyboardInterrupt is raised only at the end of
@@ -225,9 +231,18 @@ class Context:
             p = self.lib.futhark_context_get_error(self.ptr)
             return None if p == self.ffi.NULL else self._take_string(p)
 
+    def drop_error(self) -> None:
+        """Discard Futhark's pending message, if any. Futhark keeps the first message until it is
+        taken (``set_error``), so one a Ctrl-C left unread would be reported for the next failure.
+        Callers hold ``lock``; the context is open."""
+        p = self.lib.futhark_context_get_error(self._state.ctx)
+        if p != self.ffi.NULL:
+            self.lib.free(p)
+
     def error(self, code: int | None, function: str) -> FutharkError:
         """The exception for a failed call, with Futhark's own message."""
-        msg = self.last_error() or f"{function} failed with code {code} (no message from Futhark)"
+        failed = f"failed with code {code}" if code is not None else "returned NULL"
+        msg = self.last_error() or f"{function} {failed} (no message from Futhark)"
         return error_for(code, msg.rstrip("\n"), function)
 
     def error_from(self, code: int, message_ptr: Any, function: str) -> FutharkError:

@@ -178,9 +178,10 @@ class EntryPoint:
             with ctx.lock:  # docs/DESIGN.md, "Threads"
                 for v in handles:
                     v.ptr  # still live: another thread may have freed or consumed it since conversion
+                cptr = ctx.ptr  # a property, so out of the try: there, a KeyboardInterrupt before `rc` is set came after the C call
                 step, rc = 1, None
                 try:
-                    rc = self._fn(ctx.ptr, *cells, *c_args)
+                    rc = self._fn(cptr, *cells, *c_args)
                     step = 2
                     if rc == 0:
                         for o, h, c in zip(info.outputs, shells, cells):
@@ -195,8 +196,9 @@ class EntryPoint:
                         raise  # cffi refused an argument: the call did not run
                     self._settle(rc, cells, shells, values)
                     raise
-                if rc != 0:
-                    raise self._explained(ctx.error(rc, info.cfun), values)
+                if rc != 0:  # the message taken by a C call at once: Futhark keeps the first until taken
+                    message = lib.lib.futhark_context_get_error(cptr)
+                    raise self._explained(ctx.error_from(rc, message, info.cfun), values)
                 if self._scalar_out:
                     ctx.sync()
                 results = tuple(codec.take(o.type, h, c) if h is None else h for o, h, c in zip(info.outputs, shells, cells))
@@ -209,8 +211,13 @@ class EntryPoint:
         "Ctrl-C"). ``rc`` None: the return code was lost; a failed call left Futhark's message."""
         lib = self.library
         state = lib.context._state
+        # A failed call's message is taken here if it was not yet: Futhark keeps the first message
+        # until taken, so one left would be reported for the next failure.
+        pending = lib.lib.futhark_context_get_error(state.ctx)
+        if pending != lib.ffi.NULL:
+            lib.lib.free(pending)
         if rc is None:
-            rc = 0 if lib.context.last_error() is None else 1
+            rc = 0 if pending == lib.ffi.NULL else 1
         if rc == 0:
             for o, h, c in zip(self.info.outputs, shells, cells):
                 if h is not None and id(h) not in state.values:

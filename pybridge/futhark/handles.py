@@ -13,7 +13,8 @@ library again; nothing here reaches back up.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from itertools import starmap
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
@@ -79,16 +80,18 @@ class Value:
             # end, RELIABILITY.md "Ctrl-C") finds the value either untouched or freed and unregistered.
             # Only a registered value is freed: the registry says which handle owns it.
             self._status = status
-            self._keep = None
             g = self._aliases
             if g is not None:
                 g.live -= 1  # no longer a live member of its alias group (aliases.py)
             values = state.values
-            if state.open and key in values:
-                del values[key]
-                rc = self._free_fn(state.ctx, self._ptr)
-                if rc != 0:
-                    raise self._ctx.error(rc, "free")
+            try:
+                if state.open and key in values:
+                    del values[key]
+                    rc = self._free_fn(state.ctx, self._ptr)
+                    if rc != 0:
+                        raise self._ctx.error(rc, "free")
+            finally:
+                self._keep = None  # after the free: the owner outlives the value; dropping it may run Python
 
     def _mark_consumed(self, by: str) -> None:
         # A consumed value may only be freed (docs/c-api.rst, "Entry points").
@@ -100,6 +103,16 @@ class Value:
                 self._release("freed")  # touches no C once the context is closed
         except Exception:
             pass
+        except BaseException:
+            # A Ctrl-C surfacing at _release's start left the value untouched: free it now (the
+            # signal is handled), then let Python report the interrupt as ignored, as it does for
+            # any finaliser. One surfacing at this method's own start is beyond reach (RELIABILITY.md).
+            try:
+                if self._status is None:
+                    self._release("freed")
+            except Exception:
+                pass
+            raise
 
     def __enter__(self) -> "Value":
         return self
@@ -178,6 +191,7 @@ class ArrayHandle(Value):
             ptr = self.ptr  # raises for a freed/consumed handle, even when no copy is needed
             out = np.empty(self.shape, dtype=self.dtype)
             if out.size:
+                ctx.keep_until_sync(out)  # the copy may write into out until the sync (also after a Ctrl-C)
                 rc = self.atype.values_fn(ctx.ptr, ptr, self.atype.buffer(out))
                 ctx.check(rc, self.atype.info.ops["values"])
                 ctx.sync()
@@ -209,6 +223,7 @@ class ArrayHandle(Value):
         codec, prim = self.library.codec, self.atype.prim.name
         out = codec.out_cell(prim)
         with self._ctx.lock:
+            self._ctx.keep_until_sync(out)  # as in numpy()
             rc = self.atype.index_fn(self._ctx.ptr, out, self.ptr, *norm)
             self._ctx.check(rc, self.atype.info.ops["index"])
             self._ctx.sync()
@@ -279,9 +294,9 @@ class OpaqueHandle(Value):
         f = self.otype.fields[i]  # type: ignore[index]
         out = self.library.codec.out_cell(f.type)
         with self._ctx.lock:
-            rc = self.library.fn(f.project)(self._ctx.ptr, out, self.ptr)
-            self._ctx.check(rc, f.project)
-            return _aliasing(self, self.library.codec.from_cell(f.type, out))
+            args = (self._ctx.ptr, out, self.ptr)
+            (v,) = call_for_results(self.library, self.library.fn(f.project), args, [f.type], [out], f.project)
+            return _aliasing(self, v)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when no attribute of that name exists; dunders are never fields.
@@ -343,9 +358,9 @@ class OpaqueHandle(Value):
             norm.append(k + n if k < 0 else k)
         out = self.library.codec.out_cell(arr.elemtype)
         with self._ctx.lock:
-            rc = self.library.fn(arr.index)(self._ctx.ptr, out, self.ptr, *norm)
-            self._ctx.check(rc, arr.index)
-            return _aliasing(self, self.library.codec.from_cell(arr.elemtype, out))
+            args = (self._ctx.ptr, out, self.ptr, *norm)
+            (v,) = call_for_results(self.library, self.library.fn(arr.index), args, [arr.elemtype], [out], arr.index)
+            return _aliasing(self, v)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -376,9 +391,9 @@ class OpaqueHandle(Value):
         v = next(v for v in s.variants if v.name == self.variant)
         cells = [self.library.codec.out_cell(t) for t in v.payload]
         with self._ctx.lock:
-            rc = self.library.fn(v.destruct)(self._ctx.ptr, *cells, self.ptr)
-            self._ctx.check(rc, v.destruct)
-            return tuple(_aliasing(self, self.library.codec.from_cell(t, c)) for t, c in zip(v.payload, cells))
+            args = (self._ctx.ptr, *cells, self.ptr)
+            parts = call_for_results(self.library, self.library.fn(v.destruct), args, list(v.payload), cells, v.destruct)
+            return tuple(_aliasing(self, x) for x in parts)
 
     # serialisation
     def store(self) -> bytes:
@@ -430,6 +445,64 @@ class OpaqueHandle(Value):
             return f"<OpaqueHandle {self.type_name} fields={list(self.field_names)}>"
         return f"<OpaqueHandle {self.type_name}>"
 
+
+
+# Values made by C calls (RELIABILITY.md, "Ctrl-C"). Python checks for signals at the end of every
+# call, so a KeyboardInterrupt can surface after a C constructor returned and before its result is
+# stored: the new value would be lost, unregistered and never freed. These calls store the result
+# from C instead (list.extend over itertools.starmap: no check between the C call's return and
+# the append), the handle object exists before the call and takes the value with its __init__,
+# which registers it last; after an exception, what no handle registered is freed.
+
+
+def new_value(library: "LibraryLike", cls: type, kind: Any, fn: Callable[..., Any], args: tuple[Any, ...],
+              what: str) -> Value:
+    """A ``cls`` handle of the value ``fn(*args)`` returns (NULL: Futhark's error is raised).
+    The caller holds the context lock."""
+    h = object.__new__(cls)
+    got: list[Any] = []
+    try:
+        got.extend(starmap(fn, (args,)))
+        if got[0] == library.ffi.NULL:
+            raise library.context.error(None, what)
+        h.__init__(library, kind, got[0])
+    except BaseException:
+        if got:
+            _free_untaken(library, got[0] == library.ffi.NULL, [(kind.free_fn, h, got[0])])
+        raise
+    return h
+
+
+def call_for_results(library: "LibraryLike", fn: Callable[..., Any], args: tuple[Any, ...], types: list[str],
+                     cells: list[Any], what: str) -> list[Any]:
+    """The results ``fn(*args)`` writes into ``cells`` (one per type in ``types``: handles, or NumPy
+    scalars for primitives); ``fn`` returns an error code. The caller holds the context lock."""
+    codec = library.codec
+    shells = list(map(codec.shell, types))
+    got: list[Any] = []
+    try:
+        got.extend(starmap(fn, (args,)))
+        if got[0] != 0:
+            raise library.context.error(got[0], what)
+        return list(map(codec.take, types, shells, cells))
+    except BaseException:
+        if got:
+            made = [(library.types[t].free_fn, h, c[0]) for t, h, c in zip(types, shells, cells) if h is not None]
+            _free_untaken(library, got[0] != 0, made)
+        raise
+
+
+def _free_untaken(library: "LibraryLike", failed: bool, made: list[tuple[Any, Any, Any]]) -> None:
+    """After an exception once the C call ran: free each made value (free function, shell, pointer)
+    its shell did not register; after a failure, drop Futhark's message if it was not read yet."""
+    ctx = library.context
+    if failed:
+        ctx.drop_error()
+        return
+    state = ctx._state
+    for free, h, ptr in made:
+        if id(h) not in state.values:
+            free(state.ctx, ptr)
 
 
 def _aliasing(parent: Value, child: Any) -> Any:

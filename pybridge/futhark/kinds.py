@@ -11,11 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
+# NumPy 2 imports numpy.ma at the first `np.ma` (coerce's test). Imported here instead: an import
+# that Ctrl-C interrupts can leave CPython's import lock held (RELIABILITY.md, "Ctrl-C").
+import numpy.ma  # noqa: F401
 
 from . import aliases, binformat, restorecheck
 from .cdef import struct_name
-from .errors import ValueFormatError
-from .handles import ArrayHandle, OpaqueHandle, Value
+from .errors import FutharkError, ValueFormatError
+from .handles import ArrayHandle, OpaqueHandle, Value, call_for_results, new_value
 from .manifest import ArrayInfo, OpaqueInfo
 from .names import name_lookup, python_names, resolve_keys
 from .types import PRIMITIVES
@@ -96,11 +99,9 @@ class ArrayKind:
         lib = self.library
         ctx = lib.context
         with ctx.lock:
-            ptr = self.new_fn(ctx.ptr, self.buffer(arr), *arr.shape)
-            if ptr == self.ffi.NULL:
-                raise ctx.error(None, self.info.ops["new"])
-            ctx.keep_until_sync(arr)  # the copy may still be reading arr
-            return ArrayHandle(lib, self, ptr)
+            ctx.keep_until_sync(arr)  # the copy may still be reading arr (also after a Ctrl-C)
+            args = (ctx.ptr, self.buffer(arr), *arr.shape)
+            return new_value(lib, ArrayHandle, self, self.new_fn, args, self.info.ops["new"])
 
     def new_raw(self, pointer: int, shape: Sequence[int], owner: Any = None) -> ArrayHandle:
         """Wrap existing storage (a device pointer on cuda) without copying. Futhark never frees
@@ -113,10 +114,14 @@ class ArrayKind:
         raw_type = self.library.raw_ctype
         raw = pointer if raw_type == "CUdeviceptr" else self.ffi.cast(raw_type, pointer)
         with self.library.context.lock:
-            ptr = self.new_raw_fn(self.library.context.ptr, raw, *shape)
-            if ptr == self.ffi.NULL:
-                raise self.library.context.error(None, self.info.ops["new_raw"])
-            return ArrayHandle(self.library, self, ptr, keep=owner)
+            return self._raw_handle(raw, shape, owner)
+
+    def _raw_handle(self, raw: Any, shape: Sequence[int], owner: Any) -> ArrayHandle:
+        """new_raw's value as a handle keeping ``owner`` alive. The caller holds the context lock."""
+        args = (self.library.context.ptr, raw, *shape)
+        h = new_value(self.library, ArrayHandle, self, self.new_raw_fn, args, self.info.ops["new_raw"])
+        h._keep = owner
+        return h
 
     def from_cuda(self, obj: Any) -> ArrayHandle:
         """Zero-copy view of a CUDA array (anything with ``__cuda_array_interface__``)."""
@@ -131,10 +136,8 @@ class ArrayKind:
         if not plain or fn is None or lib.raw_ctype != "CUdeviceptr":
             return self.new_raw(ptr, shape, owner=obj)
         # The plain CAI form has the rank and non-negative exact ints new_raw would check for.
-        raw = fn(lib.context.ptr, ptr, *shape)
-        if raw == self.ffi.NULL:
-            raise lib.context.error(None, self.info.ops["new_raw"])
-        return ArrayHandle(lib, self, raw, keep=obj)
+        with lib.context.lock:
+            return self._raw_handle(ptr, shape, obj)
 
     def __repr__(self) -> str:
         return f"<ArrayKind {self.name}>"
@@ -204,9 +207,8 @@ class OpaqueKind:
         with ctx.lock:
             for h in handles:
                 h.ptr  # raises InvalidHandleError for a handle freed since its conversion
-            rc = self.library.fn(fn_name)(ctx.ptr, cell, *c_args)
-            ctx.check(rc, fn_name)
-            out = OpaqueHandle(self.library, self, cell[0])
+            args = (ctx.ptr, cell, *c_args)
+            (out,) = call_for_results(self.library, self.library.fn(fn_name), args, [self.name], [cell], fn_name)
             aliases.join([out, *(h for h, _ in scope.handles)])  # built from those handles, no copy
         return out
 
@@ -324,12 +326,13 @@ class OpaqueKind:
         lib = self.library
         buf = lib.ffi.from_buffer(raw + bytes(pad))
         with lib.context.lock:
-            ptr = lib.fn(self.info.ops["restore"])(lib.context.ptr, buf)
-            if ptr == lib.ffi.NULL:
-                msg = lib.context.last_error()
-                raise ValueFormatError(f"{what}: Futhark rejected the bytes (not a {self.name} value){': ' + msg if msg else ''}")
-            lib.context.sync()  # restore is asynchronous and reads buf
-            return OpaqueHandle(lib, self, ptr)
+            lib.context.keep_until_sync(buf)  # restore is asynchronous and reads buf (also after a Ctrl-C)
+            try:
+                h = new_value(lib, OpaqueHandle, self, lib.fn(self.info.ops["restore"]), (lib.context.ptr, buf), self.info.ops["restore"])
+            except FutharkError as e:
+                raise ValueFormatError(f"{what}: Futhark rejected the bytes (not a {self.name} value): {e.message}") from None
+            lib.context.sync()
+            return h
 
     def __repr__(self) -> str:
         return f"<OpaqueKind {self.name} ({self.kind})>"

@@ -26,6 +26,10 @@ class CodecLike(Protocol):
 
     def from_cell(self, type_name: str, cell: Any) -> Any: ...
 
+    def shell(self, type_name: str) -> Any: ...
+
+    def take(self, type_name: str, shell: Any, cell: Any) -> Any: ...
+
 
 class LibraryLike(Protocol):
     """A loaded Futhark library with its cffi binding, context and per-type objects."""

@@ -6,12 +6,16 @@ crash (a signal, an ``exit()`` inside Futhark's C) is counted and reported inste
 Prints one JSON object: backend, programs, sequences and steps run, batches, and the crashes and
 failures seen (each with the child's exit status and the end of its output). The exit status is 0
 only when there were neither. ``PYBRIDGE_LIFECYCLE_PROFILE`` (``quick``/``full``) picks the
-sequence count when ``--sequences`` is not given: ``PROFILES`` below.
+sequence count when ``--sequences`` is not given: ``PROFILES`` below. The machine's Ctrl-C rule
+(``interrupted_call``) is on unless ``--no-interrupts`` (``PYBRIDGE_LIFECYCLE_INTERRUPTS=0`` for
+the batches). A batch that runs past its time limit is a crash whose output holds every thread's
+stack (a hang: a lock left held), written by faulthandler shortly before the limit.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import subprocess
@@ -29,6 +33,11 @@ def profile_sequences() -> int:
     return PROFILES[name]
 
 
+def interrupts_wanted() -> bool:
+    """The Ctrl-C rule: on unless ``PYBRIDGE_LIFECYCLE_INTERRUPTS=0``."""
+    return os.environ.get("PYBRIDGE_LIFECYCLE_INTERRUPTS", "1") != "0"
+
+
 def run_batch(programs: Sequence[str], backend: str, sequences: int, steps: int) -> dict[str, Any]:
     """In this process: the machine for each program, ``sequences`` sequences split among them."""
     from hypothesis import HealthCheck, settings
@@ -42,7 +51,7 @@ def run_batch(programs: Sequence[str], backend: str, sequences: int, steps: int)
     share = max(1, sequences // len(programs))
     for prog in programs:
         with pf.load(prog, backend=backend) as lib:
-            machine = handle_lifecycle_machine(lib, max_size=6, interrupts=os.environ.get("PYBRIDGE_LIFECYCLE_INTERRUPTS") == "1")
+            machine = handle_lifecycle_machine(lib, max_size=6, interrupts=interrupts_wanted())
             run_state_machine_as_test(
                 machine,
                 settings=settings(
@@ -55,13 +64,20 @@ def run_batch(programs: Sequence[str], backend: str, sequences: int, steps: int)
     return done
 
 
+def _text(out: bytes | str | None) -> str:
+    """A TimeoutExpired's output: bytes even when the run asked for text."""
+    return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+
+
 def _run_child(programs: Sequence[str], backend: str, n: int, steps: int, timeout: float) -> dict[str, Any]:
     """One batch of ``n`` sequences in a child process: its counts, or a crash/failure entry."""
-    cmd = [sys.executable, "-m", "pybridge.testing.lifecycle_run", "--child", "--backend", backend, "--sequences", str(n), "--steps", str(steps), *programs]
+    cmd = [sys.executable, "-m", "pybridge.testing.lifecycle_run", "--child", "--backend", backend, "--sequences", str(n),
+           "--steps", str(steps), "--stacks-after", str(max(1.0, timeout - min(30.0, timeout / 10))), *programs]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"crash": {"status": "timeout", "output": f"batch of {n} ran over {timeout} s"}}
+    except subprocess.TimeoutExpired as e:
+        out = _text(e.stdout) + _text(e.stderr)
+        return {"crash": {"status": "timeout", "output": f"batch of {n} ran over {timeout} s\n{out[-3000:]}"}}
     last = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
     if proc.returncode == 0 and last:
         try:
@@ -107,21 +123,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=1, help="batches run at once (each in its own process)")
-    ap.add_argument("--interrupts", action="store_true",
-                    help="also interrupt calls at random moments (KeyboardInterrupt by SIGALRM; sets PYBRIDGE_LIFECYCLE_INTERRUPTS=1 for the batches)")
+    ap.add_argument("--interrupts", action=argparse.BooleanOptionalAction, default=interrupts_wanted(),
+                    help="interrupt calls at random moments (KeyboardInterrupt by SIGALRM), the default; "
+                         "--no-interrupts sets PYBRIDGE_LIFECYCLE_INTERRUPTS=0 for the batches")
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds a batch may run (default 3600)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--stacks-after", type=float, default=None, help=argparse.SUPPRESS)  # child: faulthandler's limit
     args = ap.parse_args(argv)
     for name, least in (("sequences", 0), ("batch", 1), ("jobs", 1)):
         value = getattr(args, name)
         if value is not None and value < least:
             ap.error(f"--{name} must be at least {least}, got {value}")
-    if args.interrupts:
-        os.environ["PYBRIDGE_LIFECYCLE_INTERRUPTS"] = "1"  # the batches' child processes inherit it
+    os.environ["PYBRIDGE_LIFECYCLE_INTERRUPTS"] = "1" if args.interrupts else "0"  # the batches inherit it
     n = args.sequences if args.sequences is not None else profile_sequences()
     if args.child:
+        if args.stacks_after is not None:  # a hang: every thread's stack in the output, then exit
+            faulthandler.dump_traceback_later(args.stacks_after, exit=True)
         print(json.dumps(run_batch(args.programs, args.backend, n, args.steps)))
         return 0
-    summary = run(args.programs, args.backend, n, args.batch, args.steps, jobs=args.jobs)
+    summary = run(args.programs, args.backend, n, args.batch, args.steps, timeout=args.timeout, jobs=args.jobs)
     print(json.dumps(summary, indent=1))
     return 0 if not summary["crashes"] and not summary["failures"] else 1
 

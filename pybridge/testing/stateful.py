@@ -18,7 +18,10 @@ runs random sequences of:
 - records: record/tuple results whose fields are arrays of those types (or primitives) are kept
   with a model too; entry points taking such records get a kept one (or a dict); ``project``
   takes a field out (it shares the record's memory); records may be consumed (``*rec``);
-- thread: a call made from a second thread (the machine waits for it).
+- thread: a call made from a second thread (the machine waits for it, at most
+  ``THREAD_CALL_TIMEOUT_S``: longer is a failure, a lock left held);
+- interrupted call (Ctrl-C): a KeyboardInterrupt at a drawn moment 1-400 µs into a call (the main
+  thread only); results owned or freed, a consumed argument invalid or untouched, no lock left held.
 
 Aliasing invariant: after every step, every live handle (arrays and records) still reads as its
 model. Results may share memory with arguments (``entry ident (xs: []i32) = xs``), projections
@@ -34,8 +37,10 @@ everything and checks the count is back to the baseline.
 
 from __future__ import annotations
 
+import _imp  # lock_held(): CPython's import lock
 import gc
 import signal
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -47,6 +52,7 @@ from hypothesis.extra.numpy import array_shapes, arrays
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ..convert import to_numpy
+from .alarm import Alarm
 from .strategies import PrimSpec, elements, entry_spec, inputs
 
 
@@ -69,8 +75,22 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
 
 
-def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+THREAD_CALL_TIMEOUT_S = 60.0  # a call from a second thread that takes longer found a lock left held
+
+
+def _lock_is_free(lock: Any, timeout: float) -> bool:
+    """Whether another thread can take ``lock`` within ``timeout`` seconds (it releases it at once)."""
+    got: list[bool] = []
+
+    def probe() -> None:
+        if lock.acquire(timeout=timeout):
+            lock.release()
+            got.append(True)
+
+    t = threading.Thread(target=probe, name="lifecycle lock probe", daemon=True)
+    t.start()
+    t.join(timeout + 5)
+    return bool(got)
 
 
 def handle_lifecycle_machine(
@@ -81,7 +101,7 @@ def handle_lifecycle_machine(
     max_size: int = 8,
     ranges: Mapping[str, tuple[float | None, float | None]] | None = None,
     settings: Settings | None = None,
-    interrupts: bool = False,
+    interrupts: bool | None = None,
 ) -> type[RuleBasedStateMachine]:
     """A state machine class for ``lib`` (a loaded ``pybridge.futhark`` library).
 
@@ -90,15 +110,17 @@ def handle_lifecycle_machine(
     ``types``); ``max_size``: the largest dimension of created arrays; ``ranges``: bounds for
     scalar inputs as ``{"entry.param": (lo, hi)}`` (integer scalars default to [-2, 2*max_size]
     so that sizes and iteration counts stay small; floats to ±1e6); ``settings``: Hypothesis
-    settings of the ``TestCase`` (default: 50 examples, deadline off); ``interrupts``: also a rule
-    that interrupts calls with SIGALRM raising KeyboardInterrupt at a drawn moment (off by default:
-    the signal may also land in Hypothesis's own code, and in this round it found leaks and one hang
-    not fixed yet, see RELIABILITY.md "Ctrl-C").
+    settings of the ``TestCase`` (default: 50 examples, deadline off); ``interrupts``: the rule
+    ``interrupted_call``, a KeyboardInterrupt (SIGALRM to the main thread, ``pybridge.testing.alarm``)
+    at a drawn moment of a call, as Ctrl-C raises it (RELIABILITY.md, "Ctrl-C"); None (the default):
+    on where the alarm works (Linux).
     """
     from ..futhark import FutharkError, InvalidHandleError
     from ..futhark.manifest import ArrayInfo, OpaqueInfo
     from ..futhark.types import PRIMITIVES as _PRIMS
 
+    if interrupts is None:
+        interrupts = sys.platform.startswith("linux")
     manifest = lib.manifest
     all_arrays = {n for n, t in manifest.types.items() if isinstance(t, ArrayInfo)}
     creatable = sorted(all_arrays if types is None else set(types))
@@ -154,6 +176,7 @@ def handle_lifecycle_machine(
             super().__init__()
             gc.collect()  # handles of earlier examples must not be freed by the GC mid-run
             self.tracked: list[Tracked] = []
+            self.alarm: Alarm | None = None  # made by the first interrupted call (main thread)
             self.base = lib.live_values()
             type(self).sequences += 1
 
@@ -236,13 +259,13 @@ def handle_lifecycle_machine(
 
             def run() -> None:
                 try:
-                    if interrupt_after_us:  # SIGALRM's handler raises KeyboardInterrupt, as Ctrl-C's does
-                        signal.setitimer(signal.ITIMER_REAL, interrupt_after_us * 1e-6)
+                    if interrupt_after_us:
+                        self.alarm.arm(interrupt_after_us)
                     try:
                         outcome["result"] = ep(*args)
                     finally:
                         if interrupt_after_us:
-                            signal.setitimer(signal.ITIMER_REAL, 0)
+                            self.alarm.disarm()
                 except KeyboardInterrupt:
                     outcome["result"] = None
                     outcome["interrupted"] = True
@@ -252,9 +275,10 @@ def handle_lifecycle_machine(
                     outcome["error"] = e
 
             if in_thread:
-                worker = threading.Thread(target=run, name=f"lifecycle call {name}")
+                worker = threading.Thread(target=run, name=f"lifecycle call {name}", daemon=True)
                 worker.start()
-                worker.join()
+                worker.join(THREAD_CALL_TIMEOUT_S)  # a lock left held would make this wait forever
+                assert not worker.is_alive(), f"{name} from a second thread did not finish in {THREAD_CALL_TIMEOUT_S} s"
             else:
                 run()
             if "error" in outcome:
@@ -386,12 +410,20 @@ def handle_lifecycle_machine(
             @rule(data=st.data(), name=st.sampled_from(plain + consuming), after_us=st.integers(1, 400))
             def interrupted_call(self, data: st.DataObject, name: str, after_us: int) -> None:
                 """Ctrl-C at a drawn moment of a call: its results are owned or freed (the
-                live-values invariant), a consumed argument is invalid or untouched."""
-                previous = signal.signal(signal.SIGALRM, _raise_keyboard_interrupt)
+                live-values invariant), a consumed argument is invalid or untouched, and no lock is
+                left held (the context's, CPython's import lock). An interrupt that Python delivers
+                in a finaliser or a gc callback (Hypothesis has one) is dropped by Python there; the
+                call then runs on as if it came after it, which the model allows for anyway."""
+                if self.alarm is None:
+                    self.alarm = Alarm()
+                previous = signal.signal(signal.SIGALRM, self.alarm.handler)
                 try:
                     self.call(data, name, None, interrupt_after_us=after_us)
                 finally:
                     signal.signal(signal.SIGALRM, previous)
+                assert not _imp.lock_held(), f"CPython's import lock is held after an interrupted call of {name}"
+                assert _lock_is_free(lib.context.lock, THREAD_CALL_TIMEOUT_S), \
+                    f"the context lock is held after an interrupted call of {name}"
 
         if stored:
 

@@ -1,0 +1,95 @@
+"""A timer that interrupts the main thread at a precise moment, as Ctrl-C does (Linux).
+
+``Alarm.arm(us)`` starts a POSIX timer whose SIGALRM goes to the main thread alone
+(``SIGEV_THREAD_ID``); its handler raises KeyboardInterrupt, as SIGINT's default handler does.
+After ``Alarm.disarm()`` no interrupt comes any more: one the timer caused has surfaced by the end
+of that call. ``setitimer`` cannot promise that: its signal goes to the process, another thread
+may take it and pass it on after the timer was disarmed (it surfaced once in the lifecycle
+machine's own code). A helper thread sending the signal could not fire while the main thread runs
+Python either: it needs the GIL first.
+
+The handler must be installed for SIGALRM (``signal.signal(signal.SIGALRM, alarm.handler)``) in
+the main thread, which is the only one that may arm the alarm.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import signal
+import threading
+from typing import Any
+
+_CLOCK_MONOTONIC = 1
+_SIGEV_THREAD_ID = 4  # Linux: deliver to the thread named in sigev_notify_thread_id
+
+
+class _Sigevent(ctypes.Structure):
+    # struct sigevent on Linux: value, signo, notify, then a union of 48 bytes (the thread id first).
+    _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                ("tid", ctypes.c_int), ("pad", ctypes.c_int * 11)]
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("interval", _Timespec), ("value", _Timespec)]
+
+
+def _librt() -> Any:
+    """The C library holding timer_create (libc since glibc 2.34, librt before)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if hasattr(libc, "timer_create"):
+        return libc
+    return ctypes.CDLL(ctypes.util.find_library("rt") or "librt.so.1", use_errno=True)
+
+
+class Alarm:
+    """One POSIX timer of the main thread (see the module's text)."""
+
+    def __init__(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("an Alarm interrupts the main thread and is made there")
+        self._rt = _librt()
+        sev = _Sigevent(signo=signal.SIGALRM, notify=_SIGEV_THREAD_ID, tid=threading.get_native_id())
+        self._timer = ctypes.c_void_p()
+        if self._rt.timer_create(_CLOCK_MONOTONIC, ctypes.byref(sev), ctypes.byref(self._timer)) != 0:
+            raise OSError(ctypes.get_errno(), "timer_create failed")
+
+    @staticmethod
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    def _set(self, ns: int) -> None:
+        spec = _Itimerspec()
+        spec.value.sec, spec.value.nsec = divmod(ns, 10**9)
+        if self._rt.timer_settime(self._timer, 0, ctypes.byref(spec), None) != 0:
+            raise OSError(ctypes.get_errno(), "timer_settime failed")
+
+    def arm(self, us: float) -> None:
+        """Interrupt the main thread ``us`` microseconds from now (at least 1 ns)."""
+        self._set(max(1, round(us * 1000)))
+
+    def disarm(self) -> None:
+        """Stop the timer. Its signal goes to this thread, which takes it, if the timer fired,
+        before the call that disarms returns (a signal still queued is taken on that call's way
+        out, or dropped by the kernel, the timer having changed): an interrupt surfaces here at the
+        latest, at the end of that call, and none comes later."""
+        self._set(0)
+
+    def close(self) -> None:
+        if self._timer:
+            self._set(0)
+            self._rt.timer_delete(self._timer)
+            self._timer = ctypes.c_void_p()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+__all__ = ["Alarm"]
