@@ -379,14 +379,14 @@ def interrupted_at(alarm: Alarm, fn, us: float):
         return True, None
 
 
-def general(backend: str, rounds: int = 1500, seed: int = 0) -> dict:
+def general(backend: str, rounds: int = 1500, seed: int = 0, mode: str = "api") -> dict:
     """General-path calls (NumPy arguments converted into temporaries, records given as dicts,
     consuming calls of NumPy arrays and of handles, failing calls) with SIGALRM raising
     KeyboardInterrupt at a random moment of each; a second thread makes a call after each (a lock
     left held would make it wait: it must finish within 10 s). Afterwards: nothing registered but
     what is held, memory back, the context usable."""
     rng = random.Random(seed)
-    lib = pf.load(ROOT / "tests" / "reference" / "types.fut", backend=backend)
+    lib = pf.load(ROOT / "tests" / "reference" / "types.fut", backend=backend, mode=mode)
     ctx, i32 = lib.context, lib.types["[]i32"]
     n = 1 << 14
     xs, zeros = np.ones(n, np.float32), np.zeros(n, np.int32)

@@ -352,14 +352,15 @@ def test_ctrl_c_at_every_check_point(backend: str, mode: str) -> None:
     assert sum(r["points"].values()) > (1000 if mode == "api" else 900), r["points"]
 
 
+@pytest.mark.parametrize("mode", ["api", "abi"])
 @pytest.mark.parametrize("backend", backends("c", "multicore"))
-def test_ctrl_c_at_random_moments_of_general_path_calls(backend: str) -> None:
+def test_ctrl_c_at_random_moments_of_general_path_calls(backend: str, mode: str) -> None:
     """1500 general-path calls (NumPy arguments, dicts, consuming calls of NumPy arrays and handles,
     failing calls) with SIGALRM raising KeyboardInterrupt at a random moment of each, and a call from
     a second thread after each (it must finish within 10 s: no lock left held). Afterwards nothing
     registered, memory back, the context usable. On main 1bdbe02: SIGSEGV within a few hundred
     calls."""
-    r = interrupt_scenario("general", backend)
+    r = interrupt_scenario("general", backend, mode=mode)
     assert r["interrupted"] > 200 and r["stuck"] == 0 and r["errors"] == [] and r["usable"], r
     assert r["rss_growth"] < 4 << 20, r
 
