@@ -415,6 +415,8 @@ def test_lifecycle_profile_has_no_crash(backend) -> None:
     assert not summary["crashes"], json.dumps(summary["crashes"], indent=1)
     assert not summary["failures"], json.dumps(summary["failures"], indent=1)
     assert summary["sequences"] >= n, summary
+    if sys.platform.startswith("linux"):  # the Ctrl-C rule is on by default there: it must have bitten
+        assert summary["interrupts_landed"] > 0, summary
 
 
 @pytest.mark.parametrize("backend", ["c", "multicore"])

@@ -3,7 +3,8 @@ crash (a signal, an ``exit()`` inside Futhark's C) is counted and reported inste
 
     python -m pybridge.testing.lifecycle_run --backend c --sequences 10000 --jobs 8 prog.fut ...
 
-Prints one JSON object: backend, programs, sequences and steps run, batches, and the crashes and
+Prints one JSON object: backend, programs, sequences and steps run, interrupted calls and the
+interrupts that landed in them, batches, and the crashes and
 failures seen (each with the child's exit status and the end of its output). The exit status is 0
 only when there were neither. ``PYBRIDGE_LIFECYCLE_PROFILE`` (``quick``/``full``) picks the
 sequence count when ``--sequences`` is not given: ``PROFILES`` below. The machine's Ctrl-C rule
@@ -23,6 +24,8 @@ import sys
 from typing import Any, Sequence
 
 PROFILES = {"quick": 300, "full": 10_000}
+# What each batch counts and the summary adds up (attributes of the machine's class).
+COUNTS = ("sequences", "steps", "interrupted_calls", "interrupts_landed")
 DEFAULT_PROFILE = "quick"
 
 
@@ -47,7 +50,7 @@ def run_batch(programs: Sequence[str], backend: str, sequences: int, steps: int)
 
     from .stateful import handle_lifecycle_machine
 
-    done = {"sequences": 0, "steps": 0}
+    done = dict.fromkeys(COUNTS, 0)
     share = max(1, sequences // len(programs))
     for prog in programs:
         with pf.load(prog, backend=backend) as lib:
@@ -59,8 +62,8 @@ def run_batch(programs: Sequence[str], backend: str, sequences: int, steps: int)
                     suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
                 ),
             )
-            done["sequences"] += machine.sequences
-            done["steps"] += machine.steps
+            for key in COUNTS:
+                done[key] += getattr(machine, key)
     return done
 
 
@@ -98,14 +101,15 @@ def run(programs: Sequence[str], backend: str, sequences: int, batch: int = 500,
     for name, value, least in (("sequences", sequences, 0), ("batch", batch, 1), ("jobs", jobs, 1)):
         if value < least:  # a batch <= 0 would run nothing and report success
             raise ValueError(f"lifecycle_run: {name} must be at least {least}, got {value}")
-    summary: dict[str, Any] = {"backend": backend, "programs": list(programs), "sequences": 0, "steps": 0, "batches": 0, "jobs": jobs, "crashes": [], "failures": []}
+    summary: dict[str, Any] = {"backend": backend, "programs": list(programs), **dict.fromkeys(COUNTS, 0),
+                               "batches": 0, "jobs": jobs, "crashes": [], "failures": []}
     sizes = [min(batch, sequences - start) for start in range(0, sequences, batch)]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for outcome in pool.map(lambda n: _run_child(programs, backend, n, steps, timeout), sizes):
             if "counts" in outcome:
                 summary["batches"] += 1
-                summary["sequences"] += outcome["counts"]["sequences"]
-                summary["steps"] += outcome["counts"]["steps"]
+                for key in COUNTS:
+                    summary[key] += outcome["counts"][key]
             elif "crash" in outcome:
                 summary["batches"] += int(outcome.get("ran", False))
                 summary["crashes"].append(outcome["crash"])

@@ -171,6 +171,8 @@ def handle_lifecycle_machine(
         library = lib
         sequences = 0  # counters for runners (pybridge.testing.lifecycle_run)
         steps = 0
+        interrupted_calls = 0  # interrupted_call rules run, and those whose KeyboardInterrupt landed
+        interrupts_landed = 0
 
         def __init__(self) -> None:
             super().__init__()
@@ -223,7 +225,8 @@ def handle_lifecycle_machine(
                         free()
 
         def call(self, data: st.DataObject, name: str, chosen: Tracked | None, in_thread: bool = False,
-                 interrupt_after_us: int = 0) -> None:
+                 interrupt_after_us: int = 0) -> bool:
+            """One call of ``name`` checked against the model; True when an interrupt landed in it."""
             ep = lib.entry_points[name]
             info = manifest.entry_points[name]
             case = data.draw(strategies[name], label=f"{name} inputs")
@@ -307,6 +310,7 @@ def handle_lifecycle_machine(
                 to_numpy(result)  # readable; then dropped, as after an interrupt (timing-independent model)
             elif result is not None:
                 self.take_results(name, result)
+            return bool(outcome.get("interrupted"))
 
         # -- rules
         @rule(data=st.data(), type_name=st.sampled_from(creatable))
@@ -418,9 +422,11 @@ def handle_lifecycle_machine(
                     self.alarm = Alarm()
                 previous = signal.signal(signal.SIGALRM, self.alarm.handler)
                 try:
-                    self.call(data, name, None, interrupt_after_us=after_us)
+                    landed = self.call(data, name, None, interrupt_after_us=after_us)
                 finally:
                     signal.signal(signal.SIGALRM, previous)
+                type(self).interrupted_calls += 1
+                type(self).interrupts_landed += int(landed)
                 assert not _imp.lock_held(), f"CPython's import lock is held after an interrupted call of {name}"
                 assert _lock_is_free(lib.context.lock, THREAD_CALL_TIMEOUT_S), \
                     f"the context lock is held after an interrupted call of {name}"
