@@ -66,6 +66,29 @@ def test_bench_programs_quick_on_two_programs(tmp_path):
     summary = {r["impl"]: r for r in rows if r["benchmark"] == "programs summary (c)"}
     assert summary["pairs"]["size"] == 4 and summary["pairs"]["equal"] is True
     assert summary["added µs, calls < 1 ms: median"]["target"] == programs.TARGET_ADDED_MEDIAN_US
+    # the bare cffi floor: measured for every pair, summarised without a target
+    assert all(r["bare_us"] > 0 for r in pairs), pairs
+    assert summary["bare cffi / executable, all pairs: median"]["value"] > 0
+    assert "target" not in summary["bare cffi / executable, all pairs: median"]
+
+
+@needs_futhark
+@pytest.mark.parametrize("name,entry", [("consume", "main"), ("nbody", "main"), ("blackscholes", "price")])
+def test_bare_runs_leave_nothing_behind(name: str, entry: str) -> None:
+    """run_bare frees every result and input it made, consumed inputs included (consume.fut's
+    main consumes its first argument), and the entry still computes what pybridge's call does."""
+    import pybridge.futhark as pf
+
+    prog = programs.parse_program(PROGRAMS / f"{name}.fut")
+    ds = next(d for d in prog.datasets if d.entry == entry)
+    values = programs.read_values(programs.dataset_bytes(None, prog, ds, seed=3), ds.describe())
+    with pf.load(PROGRAMS / f"{name}.fut", backend="c") as lib:
+        before = lib.live_values()
+        samples = programs.run_bare(lib, entry, values, 5)
+        assert len(samples) == 5 and all(s > 0 for s in samples)
+        assert lib.live_values() == before
+        _, results = programs.run_pybridge(lib, entry, values, 1)
+        assert lib.live_values() == before and len(results) == len(lib.entry_points[entry].info.outputs)
 
 
 @needs_futhark

@@ -7,6 +7,9 @@ where the file exists; ``-- entry: a b`` names the entry points, default ``main`
 - the executable: ``futhark <backend> prog.fut``, then ``./prog -e entry -b -r N -t times.txt``
   with the dataset (in Futhark's binary format, made by ``futhark dataset -b``) on stdin; the runtimes
   it writes exclude parsing and printing;
+- bare cffi: the same library's C entry function and ``futhark_context_sync`` called through cffi
+  with nothing of pybridge's call path (``run_bare``): against the executable it shows what the
+  library and the process cost, against pybridge what pybridge's Python adds;
 - pybridge: the same program loaded with ``pybridge.futhark.load``, the inputs made into handles once
   (scalars passed as the NumPy scalars a loader returns), a warm-up call, then ``N`` timed calls of
   ``entry(*handles)`` followed by ``lib.sync()``, the results freed outside the timed region (a
@@ -331,6 +334,52 @@ def run_pybridge(lib: Any, entry: str, values: list[Any], runs: int) -> tuple[li
     return samples, results
 
 
+def run_bare(lib: Any, entry: str, values: list[Any], runs: int) -> list[float]:
+    """Per-call µs of the same library's entry point called through cffi with nothing of pybridge's
+    call path: the C entry function and ``futhark_context_sync``, timed as :func:`run_pybridge`
+    times pybridge's (inputs made into handles once, untimed; results freed untimed; a consumed
+    input replaced by a fresh handle before each call, untimed). It separates what the library and
+    the process cost (against the executable) from what pybridge's Python adds (against this)."""
+    from ..futhark.types import PRIMITIVES
+
+    info = lib.entry_points[entry].info
+    fn, sync = getattr(lib.lib, info.cfun), lib.lib.futhark_context_sync
+    ctx = lib.context._state.ctx
+    cells = [lib.codec.out_cell(o.type) for o in info.outputs]
+    frees = [(cell, lib.types[o.type].free_fn) for cell, o in zip(cells, info.outputs) if o.type not in PRIMITIVES]
+    fresh = [i for i, p in enumerate(info.inputs) if p.unique and p.type not in PRIMITIVES]
+
+    def handles() -> list[Any]:
+        return [v if p.type in PRIMITIVES else lib.types[p.type].new(v) for p, v in zip(info.inputs, values)]
+
+    held = handles()  # kept alive while their pointers are passed
+    samples: list[float] = []
+    for k in range(runs + 1):  # the first call is the warm-up
+        if fresh and k:
+            new = handles()
+            for i in fresh:
+                held[i].free()  # consumed by the last call: may only be freed (the C API)
+                held[i] = new[i]
+            for i, h in enumerate(new):
+                if i not in fresh and not isinstance(h, np.generic):
+                    h.free()
+        args = [ctx, *cells, *(v.item() if p.type in PRIMITIVES else v._ptr for p, v in zip(info.inputs, held))]
+        t0 = time.perf_counter()
+        rc = fn(*args)
+        rc = rc or sync(ctx)
+        t1 = time.perf_counter()
+        if rc:
+            raise lib.context.error(rc, info.cfun)
+        if k:
+            samples.append((t1 - t0) * 1e6)
+        for cell, free in frees:
+            free(ctx, cell[0])
+    for h in held:
+        if hasattr(h, "free"):
+            h.free()
+    return samples
+
+
 # ------------------------------------------------------------------ prepared C (for a machine without Futhark)
 
 
@@ -520,7 +569,7 @@ def _pair(futhark: str | None, prog: Program, ds: Dataset, exe: Path, lib: Any, 
     try:
         data = dataset_bytes(futhark, prog, ds, prepared=prepared)
         values = read_values(data, ds.describe())
-        exe_us, py_us = [], []
+        exe_us, py_us, bare_us = [], [], []
         # Alternate the two sides in rounds: on a shared or throttling machine both see the same load.
         rounds = max(1, min(ROUNDS, runs // 5))
         for k in range(rounds):
@@ -530,14 +579,15 @@ def _pair(futhark: str | None, prog: Program, ds: Dataset, exe: Path, lib: Any, 
             exe_us += got
             got, py_out = run_pybridge(lib, ds.entry, values, n)
             py_us += got
+            bare_us += run_bare(lib, ds.entry, values, n)
     except (ProgramError, subprocess.SubprocessError, ValueError, TypeError, OSError) as e:
         return skipped(b, impl, f"{type(e).__name__}: {str(e)[:300]}")
     except Exception as e:  # noqa: BLE001 - a Futhark error in one dataset must not stop the others
         return skipped(b, impl, f"{type(e).__name__}: {str(e)[:300]}")
     same = len(exe_out) == len(py_out) and all(equal(x, y) for x, y in zip(exe_out, py_out))
-    exe_med, py_med = statistics.median(exe_us), statistics.median(py_us)
+    exe_med, py_med, bare_med = statistics.median(exe_us), statistics.median(py_us), statistics.median(bare_us)
     return row(b, impl, None, {"median_us": py_med, "min_us": min(py_us), "samples": len(py_us)},
-               exe_us=exe_med, exe_min_us=min(exe_us), added_us=py_med - exe_med,
+               exe_us=exe_med, exe_min_us=min(exe_us), added_us=py_med - exe_med, bare_us=bare_med,
                ratio=py_med / exe_med if exe_med > 0 else None, equal=same,
                note=("" if same else "RESULTS DIFFER from the executable's"))
 
@@ -559,6 +609,12 @@ def summary_rows(backend: str, rows: list[dict[str, Any]]) -> list[dict[str, Any
                        met=med <= TARGET_ADDED_MEDIAN_US if backend == "c" else None))
         out.append(row(b, "added µs, calls < 1 ms: worst", len(short), None, value=worst, target=TARGET_ADDED_WORST_US,
                        met=worst <= TARGET_ADDED_WORST_US if backend == "c" else None))
+    bare = [r["bare_us"] / r["exe_us"] for r in done if r.get("bare_us") is not None and r["exe_us"] > 0]
+    if bare:  # no target: where the library itself stands against the executable
+        out.append(row(b, "bare cffi / executable, all pairs: median", len(bare), None, value=statistics.median(bare)))
+        gaps = [r["median_us"] - r["bare_us"] for r in done if r.get("bare_us") is not None and r["exe_us"] < LONG_US]
+        if gaps:
+            out.append(row(b, "pybridge - bare cffi µs, calls < 1 ms: median", len(gaps), None, value=statistics.median(gaps)))
     ratios = [r["ratio"] for r in done if r["ratio"] is not None]
     if ratios:  # issue 23's cuda targets: over every pair
         out.append(row(b, "ratio, all pairs: median", len(ratios), None, value=statistics.median(ratios),
@@ -576,14 +632,17 @@ def summary_rows(backend: str, rows: list[dict[str, Any]]) -> list[dict[str, Any
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     """The comparison as plain text (also what BENCHMARKS.md shows)."""
-    lines = [f"{'program dataset':<44} {'exe µs':>10} {'pybridge µs':>12} {'added µs':>9} {'ratio':>7}  equal"]
+    lines = [f"{'program dataset':<44} {'exe µs':>10} {'bare cffi µs':>12} {'pybridge µs':>12} {'added µs':>9} {'ratio':>7}  equal"]
     for r in rows:
         if r.get("exe_us") is not None:
-            lines.append(f"{r['impl'][:44]:<44} {r['exe_us']:>10.1f} {r['median_us']:>12.1f} {r['added_us']:>9.1f} "
+            bare = r.get("bare_us")  # absent in JSON written before the column existed
+            lines.append(f"{r['impl'][:44]:<44} {r['exe_us']:>10.1f} {'–' if bare is None else format(bare, '.1f'):>12} "
+                         f"{r['median_us']:>12.1f} {r['added_us']:>9.1f} "
                          f"{'–' if r['ratio'] is None else format(r['ratio'], '7.3f'):>7}  {'yes' if r['equal'] else 'NO'}")
         elif r.get("value") is not None:
             met = r.get("met")
-            lines.append(f"  {r['benchmark']}: {r['impl']} = {r['value']:.3f} (n={r['size']}, target {r['target']}"
+            target = "" if r.get("target") is None else f", target {r['target']}"
+            lines.append(f"  {r['benchmark']}: {r['impl']} = {r['value']:.3f} (n={r['size']}{target}"
                          f"{'' if met is None else ', met' if met else ', MISSED'})")
         elif r.get("skipped"):
             lines.append(f"{r['impl'][:44]:<44} skipped: {r['skipped'][:120]}")
