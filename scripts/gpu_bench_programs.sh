@@ -19,7 +19,7 @@ PREP=${PREP:-.carry-programs}
 [ -e build/futhark/cuda/libchain.so ] || { make cuda >/dev/null 2>&1; make futhark FUTHARK_BACKEND=cuda FUTHARK=/bin/true -j16 >/dev/null 2>&1; }
 echo "== pybridge bench programs (cuda, prebuilt C from $PREP)"
 timeout ${PROGRAMS_TIMEOUT:-240} python3 -m pybridge bench programs --backend cuda --prebuilt "$PREP" \
-  --runs ${RUNS:-20} --json "$OUT/programs-cuda.json" 2>&1 | head -45
+  --runs ${RUNS:-20} --json "$OUT/programs-cuda.json" 2>&1 | tail -60  # tail: head would close the pipe before the JSON is written
 echo "rc=${PIPESTATUS[0]}"
 echo "== pybridge bench all"
 timeout ${BENCH_TIMEOUT:-240} python3 -m pybridge bench all --json "$OUT/all.json" 2>/dev/null | tail -60

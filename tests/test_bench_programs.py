@@ -121,3 +121,24 @@ def test_random_values_follow_futhark_dataset_defaults():
     assert vals[0].shape == (4, 3) and vals[0].dtype == np.float32 and ((vals[0] >= 0) & (vals[0] < 1)).all()
     assert vals[1].dtype == np.int8 and vals[1].min() < -100 and vals[1].max() > 100
     assert isinstance(vals[2], np.bool_)
+
+
+def test_a_closed_stdout_still_writes_the_json(tmp_path):
+    """`pybridge bench ... | head` closed the pipe while the table was printed: the run lost its
+    --json file (seen on the GPU machine: a cuda programs run of 3 minutes gone). Printing stops,
+    the files are still written, and the exit status is not a failure."""
+    import subprocess
+    import sys
+
+    rows = [{"benchmark": "t", "impl": f"row {i}", "size": None, "median_us": float(i)} for i in range(3000)]
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps({"meta": {}, "rows": rows}))
+    out = tmp_path / "out.json"
+    proc = subprocess.Popen([sys.executable, "-m", "pybridge", "bench", "report", str(src), "--json", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader goes, as head does after its lines
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()[-500:]
+    assert len(json.loads(out.read_text())["rows"]) == 3000

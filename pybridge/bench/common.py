@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from ..paths import find_build_file
+
+
+def show(text: str) -> None:
+    """Print ``text`` to stdout. When the reader has gone (``pybridge bench ... | head``), printing
+    stops quietly and the run goes on, so that its --json / --markdown files are still written."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # later prints (and the flush at exit) go nowhere
+        os.close(devnull)
 
 
 def positive_int(text: str) -> int:

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import PybridgeError
-from .common import gpu_status, positive_int, row, skipped
+from .common import gpu_status, positive_int, row, show, skipped
 
 HELP = "real programs: pybridge on resident handles vs the Futhark compiler's own executable (futhark <backend>; -r N -t)"
 
@@ -507,7 +507,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 assert futhark is not None
                 got = _backend_rows(futhark, files, backend, runs, quick, timeout, Path(tmp))
             rows += got + summary_rows(backend, got)
-    print(format_table(rows))
+    show(format_table(rows))
     return rows
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import exchange as ex
 from . import overhead as ov
+from .common import show
 
 NOTES_START = "<!-- notes:start (kept when this file is regenerated) -->"
 NOTES_END = "<!-- notes:end -->"
@@ -57,7 +58,7 @@ def table_lines(rows: list[dict[str, Any]], markdown: bool = False) -> list[str]
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print("\n".join(table_lines(rows)))
+    show("\n".join(table_lines(rows)))
 
 
 def write_json(path: str, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
