@@ -466,9 +466,15 @@ def export_dlpack(
     """
     key = (int(ptr), tuple(shape), dtype, None if strides is None else tuple(strides), device_type, device_id,
            versioned, readonly)
+    return _export_keyed(key, owner)
+
+
+def _export_keyed(key: tuple[Any, ...], owner: Any) -> Any:
+    """:func:`export_dlpack` for a key of exact types (int pointer, tuples, ...): callers that have
+    them already (Futhark handles) skip the normalisation."""
     entry = _templates.get(key)
     if entry is None:
-        entry = _dlpack_template(ptr, shape, np.dtype(dtype), strides, device_type, device_id, versioned, readonly)
+        entry = _dlpack_template(key[0], key[1], np.dtype(key[2]), key[3], *key[4:])
         if len(_templates) >= 512:
             _templates.clear()
         _templates[key] = entry
@@ -714,15 +720,15 @@ def futhark_dlpack(handle: Any, *, stream: Any = None, max_version: Any = None, 
     if dl_device is not None and tuple(dl_device) != where:
         raise BufferError(f"this Futhark array lives on {where}, not {tuple(dl_device)}")
     if producer is not None and stream != -1:
-        from .futhark.gpustream import futhark_stream
-
         consumer = LEGACY_STREAM if stream is None else operator.index(stream)
-        fs = futhark_stream(handle.library)
+        # The FutharkStream that _futhark_export found (gpustream.futhark_stream keeps it on the
+        # context): read, not looked up through an import, which costs a µs per call.
+        fs = handle._ctx._gpu_stream
         assert fs is not None  # a stream was exported: the library has the accessors
         fs.signal(consumer)
     versioned = max_version is not None and tuple(max_version) >= (1, 0)
-    return export_dlpack(ptr, shape, np.dtype(typestr), device_type=where[0], device_id=where[1], owner=handle,
-                         versioned=versioned)
+    # export_dlpack's key, built from values of exact types (the export state's)
+    return _export_keyed((ptr, shape, typestr, None, where[0], where[1], versioned, False), handle)
 
 
 def futhark_view_of(obj: Any, dtype: np.dtype, rank: int,

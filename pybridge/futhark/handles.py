@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
+from ..interop import futhark_cai, futhark_dlpack, futhark_dlpack_device
 from . import aliases
 from .context import Context
 from .errors import FutharkError, InvalidHandleError, ProgramError
@@ -242,20 +243,14 @@ class ArrayHandle(Value):
     def __cuda_array_interface__(self) -> dict[str, Any]:
         """CAI v3 over Futhark's device memory, ``stream`` None: Futhark's context is synced before
         the first export of a value (later exports reuse what cannot change: see interop)."""
-        from ..interop import futhark_cai
-
         return futhark_cai(self)
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: Any = None) -> Any:
         """DLPack export (cuda backend), no copy, data ready (synced as for the CAI)."""
-        from ..interop import futhark_dlpack
-
         return futhark_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        from ..interop import futhark_dlpack_device
-
         return futhark_dlpack_device(self)
 
     def __repr__(self) -> str:

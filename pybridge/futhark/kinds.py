@@ -15,9 +15,11 @@ import numpy as np
 # that Ctrl-C interrupts can leave CPython's import lock held (RELIABILITY.md, "Ctrl-C").
 import numpy.ma  # noqa: F401
 
+from ..interop import futhark_view_of
 from . import aliases, binformat, restorecheck
 from .cdef import struct_name
 from .errors import FutharkError, ValueFormatError
+from .gpustream import futhark_stream
 from .handles import ArrayHandle, OpaqueHandle, Value, call_for_results, new_value
 from .manifest import ArrayInfo, OpaqueInfo
 from .names import name_lookup, python_names, resolve_keys
@@ -127,9 +129,6 @@ class ArrayKind:
         """Zero-copy view of a CUDA array (anything with ``__cuda_array_interface__``)."""
         if self.library.backend != "cuda":
             raise TypeError(f"from_cuda needs a cuda-backend library, this one is {self.library.backend}")
-        from ..interop import futhark_view_of
-        from .gpustream import futhark_stream
-
         # checks, and orders Futhark's stream after the producer's (on the device where it can)
         ptr, shape, plain = futhark_view_of(obj, self.dtype, self.rank, futhark_stream(self.library))
         lib, fn = self.library, self.new_raw_fn
