@@ -308,7 +308,11 @@ def test_plan_settles_a_call_interrupted_at_its_end(backend: str) -> None:
         lib = pf.load({str(ALIASING)!r}, backend={backend!r})
         n = 200_000_000
         import time
-        t0 = time.perf_counter(); lib.big(n).free(); d = time.perf_counter() - t0
+        lib.big(n).free()  # warm-up: the first call faults the 200 MB in (30x a later call here)
+        spans = []
+        for _ in range(3):
+            t0 = time.perf_counter(); lib.big(n).free(); spans.append(time.perf_counter() - t0)
+        d = min(spans)  # what the calls below take: the alarms are swept over it
         def rss():
             lib.context.sync(); lib.context.clear_caches()
             return int(open("/proc/self/statm").read().split()[1]) * 4096
