@@ -74,53 +74,48 @@ def test_bench_programs_quick_on_two_programs(tmp_path):
 
 @needs_futhark
 @pytest.mark.parametrize("name,entry", [("consume", "main"), ("nbody", "main"), ("blackscholes", "price")])
-def test_bare_runs_leave_nothing_behind(name: str, entry: str) -> None:
+def test_bare_runs_leave_nothing_behind(name: str, entry: str, monkeypatch) -> None:
     """run_bare frees every result and input it made, consumed inputs included (consume.fut's
-    main consumes its first argument), and the entry still computes what pybridge's call does."""
+    main consumes its first argument): each free function is counted, and nothing stays
+    registered; pybridge's call then still computes."""
     import pybridge.futhark as pf
 
     prog = programs.parse_program(PROGRAMS / f"{name}.fut")
     ds = next(d for d in prog.datasets if d.entry == entry)
     values = programs.read_values(programs.dataset_bytes(None, prog, ds, seed=3), ds.describe())
+    runs = 5
     with pf.load(PROGRAMS / f"{name}.fut", backend="c") as lib:
+        info = lib.entry_points[entry].info
+        frees = {"n": 0}
+        for kind in {id(k): k for k in lib.types.values() if hasattr(k, "free_fn")}.values():
+            def counted(ctx, p, _free=kind.free_fn):
+                frees["n"] += 1
+                return _free(ctx, p)
+            monkeypatch.setattr(kind, "free_fn", counted)
         before = lib.live_values()
-        samples = programs.run_bare(lib, entry, values, 5)
-        assert len(samples) == 5 and all(s > 0 for s in samples)
+        samples = programs.run_bare(lib, entry, values, runs)
+        assert len(samples) == runs and all(s > 0 for s in samples)
         assert lib.live_values() == before
+        outs = sum(o.type not in ("f16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "bool")
+                   for o in info.outputs)
+        ins = sum(not isinstance(v, np.generic) for v in values)
+        made = 1 + runs if any(p.unique for p in info.inputs) else 1  # handles() calls: fresh inputs each run
+        assert frees["n"] == (runs + 1) * outs + ins * made, (frees, outs, ins, made)
         _, results = programs.run_pybridge(lib, entry, values, 1)
-        assert lib.live_values() == before and len(results) == len(lib.entry_points[entry].info.outputs)
+        assert lib.live_values() == before and len(results) == len(info.outputs)
 
 
 @needs_futhark
-def test_prepare_then_prebuilt_runs_without_the_compiler_and_reports_targets(tmp_path, monkeypatch):
-    """The GPU machine's path (--prepare here, --prebuilt there), on c: no Futhark at run time,
-    random inputs from NumPy, results still equal; the report shows issue 23's targets."""
-    prep = tmp_path / "prep"
-    files = [str(PROGRAMS / "mandelbrot.fut"), str(PROGRAMS / "consume.fut")]
-    assert cli.main(["programs", "--prepare", str(prep), "--backend", "c", *files]) == 0
-    assert (prep / "c" / "mandelbrot" / "exe" / "mandelbrot.c").is_file()
-    assert len(list((prep / "c" / "mandelbrot" / "data").glob("*.in"))) == 2  # literal inputs, converted
-    assert not list((prep / "c" / "consume" / "data").glob("*.in"))  # random: drawn at run time
-    monkeypatch.setattr("pybridge.futhark.build.futhark_compiler", lambda: None)
-    out, md = tmp_path / "p.json", tmp_path / "B.md"
-    rc = cli.main(["programs", "--quick", "--runs", "2", "--backend", "c", "--prebuilt", str(prep),
-                   "--json", str(out), "--markdown", str(md)])
-    assert rc == 0
-    rows = json.loads(out.read_text())["rows"]
-    pairs = [r for r in rows if r["benchmark"] == "programs (c)"]
-    assert len(pairs) == 4 and all(r.get("equal") is True for r in pairs), pairs
-    text = md.read_text()
-    assert "Real programs, c: added per call over Futhark's own executable" in text
-    assert "no `pybridge bench programs --backend cuda` rows" in text
-
-
-def test_random_values_follow_futhark_dataset_defaults():
-    rng = np.random.default_rng(1)
-    vals = programs.read_values(programs._random_value("[4][3]f32", rng) + programs._random_value("[1000]i8", rng)
-                                + programs._random_value("bool", rng), "t")
-    assert vals[0].shape == (4, 3) and vals[0].dtype == np.float32 and ((vals[0] >= 0) & (vals[0] < 1)).all()
-    assert vals[1].dtype == np.int8 and vals[1].min() < -100 and vals[1].max() > 100
-    assert isinstance(vals[2], np.bool_)
+def test_bare_run_passes_an_f16_scalar_as_the_c_call_takes_it(tmp_path) -> None:
+    """Found by review: run_bare passed an f16 scalar as a float where the C parameter is its
+    uint16_t bits (TypeError), which dropped the whole (program, dataset) pair."""
+    src = tmp_path / "half.fut"
+    src.write_text("-- ==\n-- input { 1.5f16 [1f32, 2f32, 3f32] }\n"
+                   "entry main (a: f16) (xs: []f32) : []f32 = map (\\x -> x + f32.f16 a) xs\n")
+    rc = cli.main(["programs", "--quick", "--runs", "2", "--backend", "c", str(src), "--json", str(tmp_path / "o.json")])
+    rows = [r for r in json.loads((tmp_path / "o.json").read_text())["rows"] if r["benchmark"] == "programs (c)"]
+    assert rc == 0 and len(rows) == 1 and rows[0].get("skipped") is None, rows
+    assert rows[0]["equal"] is True and rows[0]["bare_us"] > 0
 
 
 def test_a_closed_stdout_still_writes_the_json(tmp_path):

@@ -300,7 +300,7 @@ def test_ctrl_c_during_close_then_close_again_finishes(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", backends("c", "multicore"))
 def test_plan_settles_a_call_interrupted_at_its_end(backend: str) -> None:
-    """Nearly deterministic: an alarm a quarter into a 200 MB call, its handler raising
+    """Alarms swept over a (warm) 200 MB call until 3 land in it, the handler raising
     KeyboardInterrupt (what SIGINT's default handler does), for the fast and the general path:
     nothing registered, nothing left in memory (main 6b64b5e: every interrupted result leaked)."""
     r = child(f"""

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .common import show
 from .gpu import (add_size_arguments, futhark_cuda, host_timing, main_for, mark_target, run_gpu_or_cpu, time_device,
                   with_share)
 
@@ -96,7 +97,7 @@ def _gpu_rows(exponents: list[int], repeat: int, futhark: bool) -> list[dict[str
         import cupy as cp
     except ImportError:
         cp = None
-        print("CuPy not installed: its rows are skipped")
+        show("CuPy not installed: its rows are skipped")
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     saxpy_lib, sum_lib, scan_lib = (cuda.load_launchers(m) for m in ("saxpy", "reduce", "scan"))
@@ -135,7 +136,7 @@ def _gpu_rows(exponents: list[int], repeat: int, futhark: bool) -> list[dict[str
         drv.Context.synchronize()
         del dx, dy, dout
     for note in dict.fromkeys(notes):
-        print(note)
+        show(note)
     return _with_copy_share(rows)
 
 

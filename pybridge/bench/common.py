@@ -17,8 +17,13 @@ def show(text: str) -> None:
     try:
         print(text, flush=True)
     except BrokenPipeError:
+        try:
+            fd = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):  # a wrapper without a descriptor
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stays open: it is stdout now
+            return
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # later prints (and the flush at exit) go nowhere
+        os.dup2(devnull, fd)  # later prints (and the flush at exit) go nowhere
         os.close(devnull)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import positive_int
+from .common import positive_int, show
 from .timing import Timing, _summary, time_host
 
 __all__ = ["FILLER_BYTES", "add_size_arguments", "format_rows", "futhark_cuda", "gpu_unavailable", "main_for", "mark_target", "run_gpu_or_cpu", "time_device", "time_host",
@@ -159,7 +159,7 @@ def run_gpu_or_cpu(args: argparse.Namespace, gpu_rows: Callable[[list[int], int,
     repeat = min(args.repeat, 3) if quick else args.repeat
     reason = gpu_unavailable()
     if reason is not None:
-        print(f"no GPU: {reason}; GPU rows skipped, NumPy (CPU) rows only")
+        show(f"no GPU: {reason}; GPU rows skipped, NumPy (CPU) rows only")
         return cpu_rows(list(args.sizes or cpu_sizes), repeat)
     return gpu_rows(list(args.sizes or (cpu_sizes if quick else gpu_sizes)), repeat, not args.no_futhark)
 
@@ -182,4 +182,4 @@ def main_for(module: Any, columns: Sequence[str], sort_key: Callable[[dict[str, 
     parser = argparse.ArgumentParser(prog=f"python -m {name}", description=module.HELP)
     module.add_arguments(parser)
     rows = module.run(parser.parse_args(argv))
-    print(format_rows(sorted(rows, key=sort_key), columns))
+    show(format_rows(sorted(rows, key=sort_key), columns))

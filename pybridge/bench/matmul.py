@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .common import show
 from .gpu import (add_size_arguments, futhark_cuda, host_timing, main_for, mark_target, run_gpu_or_cpu, time_device,
                   with_share)
 
@@ -88,10 +89,10 @@ def _gpu_rows(sizes: list[int], repeat: int, futhark: bool) -> list[dict[str, An
         import cupy as cp
     except ImportError:
         cp = None
-        print("CuPy not installed: the cuBLAS rows and the error column are skipped")
+        show("CuPy not installed: the cuBLAS rows and the error column are skipped")
     tf32 = _tf32_matmul()
     if tf32 is None:
-        print("PyTorch not installed: the cuBLAS TF32 row is skipped")
+        show("PyTorch not installed: the cuBLAS TF32 row is skipped")
     lib = cuda.load_launchers("matmul")
     rows: list[dict[str, Any]] = []
     for n in sizes:
@@ -139,7 +140,7 @@ def _gpu_rows(sizes: list[int], repeat: int, futhark: bool) -> list[dict[str, An
                 rows.append(_row("Futhark cuda", n, t.median_s, "wall", rel_err(cp.asarray(c) if cp is not None else c)))
                 del fa, fb
             except Exception as err:  # noqa: BLE001 - a missing build skips the row, with the reason
-                print(f"Futhark row skipped at {n}: {err}")
+                show(f"Futhark row skipped at {n}: {err}")
         del da, db, dc, ref
     return _with_cublas_share(rows)
 

@@ -108,8 +108,8 @@ def run(programs: Sequence[str], backend: str, sequences: int, batch: int = 500,
         for outcome in pool.map(lambda n: _run_child(programs, backend, n, steps, timeout), sizes):
             if "counts" in outcome:
                 summary["batches"] += 1
-                for key in COUNTS:
-                    summary[key] += outcome["counts"][key]
+                for key in COUNTS:  # .get: a child of an older pybridge counts fewer things
+                    summary[key] += outcome["counts"].get(key, 0)
             elif "crash" in outcome:
                 summary["batches"] += int(outcome.get("ran", False))
                 summary["crashes"].append(outcome["crash"])
