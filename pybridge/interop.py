@@ -9,7 +9,8 @@ directions, plus the few driver calls that ordering across libraries and context
   calls the deleter; :func:`import_dlpack` reads a capsule, marks it used, and returns the array's
   description plus a keep-alive object that calls the producer's deleter when released.
 
-Pure Python (ctypes), no CUDA needed: the DLPack code is tested on CPU with NumPy as the other side.
+Pure Python (ctypes for DLPack capsules; driver calls through pybridge.cudriver), no CUDA needed:
+the DLPack code is tested on CPU with NumPy as the other side.
 pybridge.futhark uses :func:`cai_info` for ``from_cuda`` and :func:`restore_current_context` after
 creating a cuda-backend context; pybridge.cuda uses all of it.
 
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import cudriver
 from .ordering import LEGACY as LEGACY_STREAM
 
 if TYPE_CHECKING:
@@ -569,20 +571,9 @@ def wait_for_producer(info: ArrayInfo) -> None:
         stream_synchronize(info.stream)
 
 
-_libcuda: Any = None
-
-
-def _driver() -> Any:
-    global _libcuda
-    if _libcuda is None:
-        _libcuda = ctypes.CDLL("libcuda.so.1")
-        _libcuda.cuInit(0)
-    return _libcuda
-
-
 def stream_synchronize(stream: int) -> None:
     """cuStreamSynchronize on a CAI stream value (1 legacy, 2 per-thread, else a CUstream)."""
-    rc = _driver().cuStreamSynchronize(ctypes.c_void_p(stream))
+    rc = cudriver.stream_synchronize(stream)
     if rc != 0:
         raise RuntimeError(f"cuStreamSynchronize({stream:#x}) failed with CUDA error {rc}")
 
@@ -598,9 +589,7 @@ def copy_to_host(info: ArrayInfo) -> np.ndarray:
     wait_for_producer(info)
     span = sum((d - 1) * s for d, s in zip(info.shape, info.strides)) + info.dtype.itemsize
     raw = np.empty(span, np.uint8)
-    cu = _driver()
-    cu.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
-    rc = cu.cuMemcpyDtoH_v2(raw.ctypes.data, info.ptr, span)
+    rc = cudriver.memcpy_dtoh(raw.ctypes.data, info.ptr, span)
     if rc != 0:
         raise RuntimeError(f"cuMemcpyDtoH of {span} bytes from {info.ptr:#x} failed with CUDA error {rc}")
     return np.array(np.ndarray(info.shape, info.dtype, buffer=raw, strides=info.strides))
@@ -608,9 +597,7 @@ def copy_to_host(info: ArrayInfo) -> np.ndarray:
 
 def current_context() -> int:
     """The CUDA context current on this thread (0 for none)."""
-    cur = ctypes.c_void_p()
-    _driver().cuCtxGetCurrent(ctypes.byref(cur))
-    return int(cur.value or 0)
+    return cudriver.current_context()
 
 
 def restore_current_context(previous: int) -> None:
@@ -619,14 +606,8 @@ def restore_current_context(previous: int) -> None:
     Futhark's cuda backend leaves its own context current after creating it; cudart-based
     libraries (PyTorch, CuPy, the host launchers) would then run in Futhark's context instead of
     the device's primary one. Futhark pushes its context around each API call, so it needs none."""
-    cu = _driver()
-    if current_context() == previous:
-        return
-    if previous:
-        cu.cuCtxSetCurrent(ctypes.c_void_p(previous))
-    else:
-        popped = ctypes.c_void_p()
-        cu.cuCtxPopCurrent(ctypes.byref(popped))
+    if cudriver.current_context() != previous:
+        cudriver.set_current(previous)  # its code unchecked, as before: a best-effort restore
 
 
 # ------------------------------------------------------------------ Futhark cuda handles <-> CUDA
@@ -637,12 +618,11 @@ _futhark_exports: dict[int, tuple[Any, tuple[int, tuple[int, ...], str, int, int
 
 
 def _pointer_device(ptr: int) -> int:
-    value = ctypes.c_int(0)
     try:
-        rc = _driver().cuPointerGetAttribute(ctypes.byref(value), ctypes.c_int(9), ctypes.c_uint64(ptr))
-    except OSError:
+        device = cudriver.pointer_device(ptr)
+    except OSError:  # no CUDA driver
         return 0
-    return int(value.value) if rc == 0 else 0  # 9: CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    return 0 if device is None else device
 
 
 def _futhark_export(handle: Any, dlpack: bool = False) -> tuple[int, tuple[int, ...], str, int, int | None]:

@@ -13,92 +13,46 @@ context gets an event made for the one call.
 
 Stream values are CUstream handles; ``1`` and ``2`` are the legacy and per-thread default streams
 of the current context (``CU_STREAM_LEGACY``, ``CU_STREAM_PER_THREAD``, the values CAI v3 and
-DLPack use). Imports only pybridge.errors: pybridge.interop, pybridge.futhark and pybridge.cuda use this.
+DLPack use). The driver calls go through pybridge.cudriver; pybridge.interop, pybridge.futhark and
+pybridge.cuda use this.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
 
-from .errors import PybridgeError
+from .cudriver import CudaCallError, driver, ffi
+from .cudriver import check as _check
+
+__all__ = ["LEGACY", "PER_THREAD", "CudaCallError", "EventSlot", "driver", "order", "stream_context"]
 
 LEGACY = 1
 PER_THREAD = 2
 _EVENT_DISABLE_TIMING = 0x2
 _INVALID_HANDLE, _INVALID_CONTEXT = 400, 201
 
-# Handles are declared as uintptr_t, so Python ints pass straight through (cffi ABI mode: a call
-# costs a fraction of a ctypes call, and ordering runs once per exchange).
-_CDEF = """
-int cuInit(unsigned int flags);
-int cuEventRecord(uintptr_t event, uintptr_t stream);
-int cuStreamWaitEvent(uintptr_t stream, uintptr_t event, unsigned int flags);
-int cuStreamGetCtx(uintptr_t stream, uintptr_t *ctx);
-int cuCtxPushCurrent_v2(uintptr_t ctx);
-int cuCtxPopCurrent_v2(uintptr_t *ctx);
-int cuEventCreate(uintptr_t *event, unsigned int flags);
-int cuEventDestroy_v2(uintptr_t event);
-int cuDeviceGetCount(int *count);
-int cuDeviceGet(int *device, int ordinal);
-int cuDevicePrimaryCtxGetState(int device, unsigned int *flags, int *active);
-int cuDevicePrimaryCtxRetain(uintptr_t *ctx, int device);
-"""
-
 _lock = threading.Lock()
-_ffi: Any = None
-_cu: Any = None
 _primary: dict[int, "EventSlot"] = {}  # handle of a retained, active primary context -> its slot
 _primary_checked: set[int] = set()  # devices whose primary context was looked at
 _last: list["EventSlot"] = []  # the primary slot used last: tried first (one device, one context)
-
-
-def driver() -> Any:
-    """libcuda through cffi (ABI mode), initialised."""
-    global _cu, _ffi
-    if _cu is None:
-        with _lock:
-            if _cu is None:
-                import cffi
-
-                ffi = cffi.FFI()
-                ffi.cdef(_CDEF)
-                cu = ffi.dlopen("libcuda.so.1")
-                cu.cuInit(0)
-                _ffi, _cu = ffi, cu
-    return _cu
-
-
-class CudaCallError(PybridgeError, RuntimeError):
-    """A driver call failed: ``code`` (CUresult) and ``operation`` (the call) for callers that
-    raise their own error class (pybridge.cuda)."""
-
-    def __init__(self, code: int, operation: str):
-        super().__init__(f"{operation} failed with CUDA error {code}")
-        self.code, self.operation = code, operation
-
-
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        raise CudaCallError(rc, what)
 
 
 class EventSlot:
     """One event of one CUDA context. Record and wait happen under the slot's lock: another
     thread's record in between would make the wait wait for that thread's work instead."""
 
-    __slots__ = ("ctx", "ev", "_lock")
+    __slots__ = ("ctx", "ev", "_lock", "_cu")
 
     def __init__(self, ctx: int):
-        cu = driver()
+        cu = self._cu = driver()  # kept: try_order runs once per exchange
         self.ctx = ctx
-        out = _ffi.new("uintptr_t *")
+        out = ffi().new("uintptr_t *")
         self._lock = threading.Lock()
         _check(cu.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
         try:
             _check(cu.cuEventCreate(out, _EVENT_DISABLE_TIMING), "cuEventCreate")
         finally:
-            cu.cuCtxPopCurrent_v2(_ffi.new("uintptr_t *"))
+            cu.cuCtxPopCurrent_v2(ffi().new("uintptr_t *"))
         self.ev = int(out[0])
 
     def order(self, waiter: int, producer: int) -> None:
@@ -108,7 +62,7 @@ class EventSlot:
     def try_order(self, waiter: int, producer: int) -> int:
         """:meth:`order`, returning cuEventRecord's error code instead of raising it (400 when
         ``producer`` is a stream of another context)."""
-        cu = _cu
+        cu = self._cu
         with self._lock:
             rc = cu.cuEventRecord(self.ev, producer)
             if rc == 0:
@@ -125,7 +79,7 @@ class EventSlot:
 def stream_context(stream: int) -> int:
     """The context of ``stream`` (for 1 and 2: the calling thread's current context)."""
     cu = driver()
-    out = _ffi.new("uintptr_t *")
+    out = ffi().new("uintptr_t *")
     rc = cu.cuStreamGetCtx(stream, out)
     if rc == _INVALID_CONTEXT:  # a default stream with no context current
         raise CudaCallError(rc, f"stream {stream}: no CUDA context is current on this thread to say whose default stream it is; cuStreamGetCtx")
@@ -140,17 +94,17 @@ def _primary_slot(ctx: int) -> EventSlot | None:
         return slot
     cu = driver()
     with _lock:
-        count = _ffi.new("int *")
+        count = ffi().new("int *")
         cu.cuDeviceGetCount(count)
         for ordinal in range(count[0]):
             if ordinal in _primary_checked:
                 continue
-            dev, flags, active = _ffi.new("int *"), _ffi.new("unsigned int *"), _ffi.new("int *")
+            dev, flags, active = ffi().new("int *"), ffi().new("unsigned int *"), ffi().new("int *")
             if cu.cuDeviceGet(dev, ordinal) or cu.cuDevicePrimaryCtxGetState(dev[0], flags, active):
                 continue
             if not active[0]:
                 continue  # retaining would create it (memory, time): looked at again next time
-            pctx = _ffi.new("uintptr_t *")
+            pctx = ffi().new("uintptr_t *")
             if cu.cuDevicePrimaryCtxRetain(pctx, dev[0]) == 0:
                 _primary_checked.add(ordinal)
                 _primary[int(pctx[0])] = EventSlot(int(pctx[0]))

@@ -1,4 +1,5 @@
-"""The few CUDA driver calls PyCUDA does not expose for foreign handles, through ctypes.
+"""The few CUDA driver calls PyCUDA does not expose for foreign handles, through ctypes (the ones
+pybridge.interop and pybridge.ordering make too go through pybridge.cudriver's cffi).
 
 PyCUDA can only record events on its own Stream objects, but ordering against a producer's stream
 (a CAI ``stream`` field, a DLPack consumer stream, a PyTorch or CuPy stream) needs the raw CUstream
@@ -12,7 +13,7 @@ import ctypes
 import threading
 from typing import Any
 
-from .. import ordering
+from .. import cudriver, ordering
 from .errors import CudaError, error_for_code
 
 _lock = threading.Lock()
@@ -84,13 +85,11 @@ def stream_wait(waiter: int, producer: int, *, what: str | None = None) -> None:
 
 
 def stream_synchronize(handle: int) -> None:
-    check(_fn("cuStreamSynchronize")(ctypes.c_void_p(handle)), "cuStreamSynchronize")
+    check(cudriver.stream_synchronize(handle), "cuStreamSynchronize")
 
 
 def current_context() -> int:
-    ctx = ctypes.c_void_p()
-    check(_fn("cuCtxGetCurrent")(ctypes.byref(ctx)), "cuCtxGetCurrent")
-    return int(ctx.value or 0)
+    return cudriver.current_context()
 
 
 def pointer_context(ptr: int) -> int | None:
