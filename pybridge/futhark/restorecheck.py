@@ -9,8 +9,8 @@ compute on it silently). This module checks both:
 - ``outer_dims``: every component of an array of rank r (of records, tuples or sums) has rank >= r
   and the same first r dimensions: Futhark's arrays are regular, so values it produced always do;
 - ``Structure``: where the value's component layout can be derived from the manifest (records:
-  fields in manifest order; sums: an i8 tag, then payload slots shared between variants by type,
-  as Futhark lays them out), and agrees with the components present, every tag in reach of an
+  fields in manifest order; sums: an i8 tag, then payload slots shared between variants by core
+  type (unsigned stored as signed), as Futhark lays them out), and agrees with the components present, every tag in reach of an
   active variant is checked to be in range, and the outer lengths of arrays nested in the value.
 
 Only what an active variant reaches is checked: the inactive payload of a sum holds whatever bytes
@@ -30,6 +30,14 @@ from .errors import ValueFormatError
 from .types import PRIMITIVES, split_array_type
 
 _TYPE_FIELD = {p.decode().strip(): p.decode() for p in ELEMENT_TYPES}  # "i8" -> "  i8"
+# Futhark's core types have no signedness: a sum stores an unsigned payload as the signed type of
+# its width (u16 as i16), and variants with u16 and i16 payloads share one slot.
+_CORE = {"  u8": "  i8", " u16": " i16", " u32": " i32", " u64": " i64"}
+
+
+def core_type(field: str) -> str:
+    """The 4-byte type field as Futhark's core type (unsigned as signed)."""
+    return _CORE.get(field, field)
 
 
 class _Unknown(Exception):
@@ -101,6 +109,7 @@ def flatten(type_name: str, opaque_info: Callable[[str], Any], path: str = "", d
             payload = []
             for j, p in enumerate(info_payload(v)):
                 c, t = flatten(p, opaque_info, f"{path}#{v.name}.{j}", depth + 1)
+                c = [(rk, core_type(ty), where) for rk, ty, where in c]  # as the sum stores them
                 slots = []
                 for rk, ty, where in c:  # the first slot of this type the variant does not use yet
                     k = next((i for i in range(1, len(comps)) if comps[i][:2] == (rk, ty) and i not in used), None)
@@ -191,4 +200,4 @@ class Checker:
 
 Unknown = _Unknown  # internal: flatten raises it, OpaqueKind.structure catches it
 
-__all__ = ["Checker", "Unknown", "flatten", "outer_dims"]
+__all__ = ["Checker", "Unknown", "core_type", "flatten", "outer_dims"]

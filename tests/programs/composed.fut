@@ -26,3 +26,12 @@ entry use_nests (ns: []nested) : i32 = reduce (+) 0 (map (\n -> match n case #a 
 entry use_flags (fs: []flag) : i64 = reduce (+) 0 (map (\f -> match f case #on b -> if b then 1 else 0 case #off k -> k) fs)
 entry use_r2s (rs: []rec2) : i64 = reduce (+) 0 (map (\r -> r.n) rs)
 entry use_mat (m: [][]point) : f32 = reduce (+) 0 (map (\r -> reduce (+) 0 (map (\p -> p.x) r)) m)
+
+-- A sum whose variants hold a bool and an array of an unsigned type (issue 22, found in CI):
+-- Futhark stores the u16 payload as i16 (its core types have no signedness) and leaves the
+-- inactive bool slot as it was (any byte). Restore must take what Futhark stores.
+type~ usum = #flag bool | #words ([]u16) | #none
+entry usum (k: i32) : usum = if k == 0 then #flag true else if k == 1 then #words [1u16, 65535u16] else #none
+-- u16 and i16 payloads in different variants: one slot in Futhark's layout, of core type i16.
+type mixed = #a u16 | #b i16 | #c bool
+entry mixed (k: i32) : mixed = if k == 0 then #a 65535u16 else if k == 1 then #b (-2i16) else #c false
