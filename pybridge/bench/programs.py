@@ -288,36 +288,58 @@ def run_executable(exe: Path, entry: str, data: bytes, runs: int, timeout: float
     return runtimes, read_values(proc.stdout, f"{exe.name} output")
 
 
-def run_pybridge(lib: Any, entry: str, values: list[Any], runs: int) -> tuple[list[float], list[Any]]:
-    """(per-call µs, results as NumPy) of ``runs`` timed calls on resident handles."""
+def _input_handles(lib: Any, info: Any, values: list[Any]) -> list[Any]:
+    """The dataset's values as the entry takes them: arrays as new handles, scalars as they are."""
     from ..futhark.types import PRIMITIVES
 
-    ep = lib.entry_points[entry]
-    info = ep.info
+    return [v if p.type in PRIMITIVES else lib.types[p.type].new(v) for p, v in zip(info.inputs, values)]
+
+
+def _renew_consumed(lib: Any, info: Any, values: list[Any], held: list[Any], fresh: list[int]) -> None:
+    """Before every call after the first: each input the last call consumed (positions ``fresh``)
+    is freed (all the C API allows; a no-op where pybridge already marked it consumed) and replaced
+    by a fresh handle, whose upload (asynchronous on GPU backends) finishes here, untimed."""
+    if not fresh:
+        return
+    new = _input_handles(lib, info, values)
+    for i in fresh:
+        held[i].free()
+        held[i] = new[i]
+    for i, h in enumerate(new):
+        if i not in fresh and hasattr(h, "free"):
+            h.free()
+    lib.sync()
+
+
+def _check_printable(entry: str, info: Any, values: list[Any]) -> None:
+    from ..futhark.types import PRIMITIVES
+
     if len(values) != len(info.inputs):
         raise ProgramError(f"{entry} takes {len(info.inputs)} values, the dataset has {len(values)}")
     for p in list(info.inputs) + list(info.outputs):
         if p.type not in PRIMITIVES and not p.type.startswith("[]"):
             raise ProgramError(f"{entry} takes or returns the opaque type {p.type} (the executable cannot print it)")
-    fresh = [i for i, p in enumerate(info.inputs) if p.unique and p.type not in PRIMITIVES]
 
-    def handles() -> list[Any]:
-        return [v if p.type in PRIMITIVES else lib.types[p.type].new(v) for p, v in zip(info.inputs, values)]
 
-    args = handles()
+def _consumed(info: Any) -> list[int]:
+    from ..futhark.types import PRIMITIVES
+
+    return [i for i, p in enumerate(info.inputs) if p.unique and p.type not in PRIMITIVES]
+
+
+def run_pybridge(lib: Any, entry: str, values: list[Any], runs: int) -> tuple[list[float], list[Any]]:
+    """(per-call µs, results as NumPy) of ``runs`` timed calls on resident handles."""
+    ep = lib.entry_points[entry]
+    info = ep.info
+    _check_printable(entry, info, values)
+    fresh = _consumed(info)
+    args = _input_handles(lib, info, values)
     sync = lib.sync
     samples: list[float] = []
     results: list[Any] = []
     for k in range(runs + 1):  # the first call is the warm-up
-        if fresh and k:
-            new = handles()
-            for i in fresh:
-                args[i] = new[i]
-            for i, h in enumerate(new):
-                if i not in fresh and not isinstance(h, np.generic):
-                    h.free()
-        if fresh and k:
-            sync()  # the uploads of the fresh handles are asynchronous on GPU backends: not timed
+        if k:
+            _renew_consumed(lib, info, values, args, fresh)
         t0 = time.perf_counter()
         out = ep(*args)
         sync()
@@ -330,18 +352,18 @@ def run_pybridge(lib: Any, entry: str, values: list[Any], runs: int) -> tuple[li
         for o in outs:
             if hasattr(o, "free"):
                 o.free()
-    for i, h in enumerate(args):
-        if hasattr(h, "free") and i not in fresh:
-            h.free()
+    for h in args:
+        if hasattr(h, "free"):
+            h.free()  # the last call's consumed inputs: already freed, a no-op
     return samples, results
 
 
 def run_bare(lib: Any, entry: str, values: list[Any], runs: int) -> list[float]:
     """Per-call µs of the same library's entry point called through cffi with nothing of pybridge's
     call path: the C entry function and ``futhark_context_sync``, timed as :func:`run_pybridge`
-    times pybridge's (inputs made into handles once, untimed; results freed untimed; a consumed
-    input replaced by a fresh handle before each call, untimed). It separates what the library and
-    the process cost (against the executable) from what pybridge's Python adds (against this)."""
+    times pybridge's (the same inputs and renewal of consumed ones, untimed; results freed untimed).
+    It separates what the library and the process cost (against the executable) from what
+    pybridge's Python adds (against this)."""
     from ..futhark.types import PRIMITIVES
 
     ep = lib.entry_points[entry]
@@ -350,26 +372,15 @@ def run_bare(lib: Any, entry: str, values: list[Any], runs: int) -> list[float]:
     ctx = lib.context._state.ctx
     cells = [lib.codec.out_cell(o.type) for o in info.outputs]
     frees = [(cell, lib.types[o.type].free_fn) for cell, o in zip(cells, info.outputs) if o.type not in PRIMITIVES]
-    fresh = [i for i, p in enumerate(info.inputs) if p.unique and p.type not in PRIMITIVES]
-
-    def handles() -> list[Any]:
-        return [v if p.type in PRIMITIVES else lib.types[p.type].new(v) for p, v in zip(info.inputs, values)]
-
-    held = handles()  # kept alive while their pointers are passed
+    fresh = _consumed(info)
+    held = _input_handles(lib, info, values)  # kept alive while their pointers are passed
+    # scalars as the C call takes them (the entry's converters: f16 passes as its bits), once
+    scalars = {i: ep._convs[i](v) for i, (p, v) in enumerate(zip(info.inputs, held)) if p.type in PRIMITIVES}
     samples: list[float] = []
     for k in range(runs + 1):  # the first call is the warm-up
-        if fresh and k:
-            new = handles()
-            for i in fresh:
-                held[i].free()  # consumed by the last call: may only be freed (the C API)
-                held[i] = new[i]
-            for i, h in enumerate(new):
-                if i not in fresh and not isinstance(h, np.generic):
-                    h.free()
-        # scalars as the C call takes them (the entry's converters: f16 passes as its bits)
-        args = [ctx, *cells, *(ep._convs[i](v) if p.type in PRIMITIVES else v._ptr
-                               for i, (p, v) in enumerate(zip(info.inputs, held)))]
-        sync(ctx)  # the uploads of new handles are asynchronous on GPU backends: not timed
+        if k:
+            _renew_consumed(lib, info, values, held, fresh)
+        args = [ctx, *cells, *(scalars[i] if i in scalars else h._ptr for i, h in enumerate(held))]
         t0 = time.perf_counter()
         rc = fn(*args)
         rc = rc or sync(ctx)
@@ -382,7 +393,7 @@ def run_bare(lib: Any, entry: str, values: list[Any], runs: int) -> list[float]:
             free(ctx, cell[0])
     for h in held:
         if hasattr(h, "free"):
-            h.free()
+            h.free()  # consumed by the last call: may only be freed (the C API)
     return samples
 
 
