@@ -16,7 +16,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
 
 import pybridge.futhark as pf
 from pybridge.futhark.build import futhark_compiler
@@ -616,3 +619,86 @@ for entry, k, active in (("usum", 0, True), ("usum", 1, False), ("usum", 2, Fals
 print(json.dumps(out))
 """)
     assert r == {"accepted": 4, "refused": 2}, r
+
+
+_PAYLOAD_PRIMS = ("bool", "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "f16", "f32", "f64")
+_LITERAL = {"bool": "true", "f16": "1f16", "f32": "1f32", "f64": "1f64"}
+
+
+@st.composite
+def _sum_types(draw):
+    """A sum type's variants: each a list of payloads (a primitive, or an array of rank 1-2 of one)."""
+    payload = st.tuples(st.sampled_from(_PAYLOAD_PRIMS), st.integers(0, 2))
+    return draw(st.lists(st.lists(payload, max_size=3), min_size=2, max_size=4))
+
+
+def _sum_program(sums: list) -> str:
+    """One .fut with type s<i> per drawn sum and an entry mk<i> (k: i32) making variant k (clamped)."""
+    lines = []
+    for i, variants in enumerate(sums):
+        cons = []
+        values = []
+        for j, ps in enumerate(variants):
+            types = " ".join(f"({'[]' * r}{t})" for t, r in ps)
+            cons.append(f"#v{j} {types}".rstrip())
+            lits = " ".join("(" + "[" * r + _LITERAL.get(t, f"1{t}") + "]" * r + ")" for t, r in ps)
+            values.append(f"#v{j} {lits}".rstrip())
+        lines.append(f"type~ s{i} = {' | '.join(cons)}")
+        body = values[-1]
+        for j in reversed(range(len(values) - 1)):
+            body = f"if k == {j} then {values[j]} else {body}"
+        lines.append(f"entry mk{i} (k: i32) : s{i} = {body}")
+    return "\n".join(lines) + "\n"
+
+
+# Each example compiles one program (a few seconds): no shrinking, which would compile dozens.
+@pytest.mark.parametrize("backend", backends("c", "cuda"))
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+@given(sums=st.lists(_sum_types(), min_size=4, max_size=8))
+# Found by this test: Futhark shares scalar payload slots between variants, never array ones.
+@example(sums=[[[("bool", 1)], [("bool", 1)]], [[("u16", 0)], [("i16", 0)], [("bool", 0)]],
+               [[("i32", 1), ("i32", 1)], [("i32", 1)]], [[("u8", 2)], [("bool", 0), ("f16", 0)], []]])
+def test_drawn_sums_derived_layout_is_what_futhark_stores(backend, sums, tmp_path_factory) -> None:
+    """The layout restorecheck derives from the manifest, against the real compiler's stores, for
+    drawn sums of every primitive (signed, unsigned, bool, floats) and arrays of them: equal in
+    Futhark's core types, so restore checks what an active variant reaches; and a stray byte in a
+    bool slot no active variant reaches (what Futhark may leave there, inactive arrays included:
+    Futhark keeps their elements) restores, while one an active variant reaches is refused."""
+    from pybridge.futhark import ValueFormatError, binformat, restorecheck
+
+    src = tmp_path_factory.mktemp("sums") / "sums.fut"
+    src.write_text(_sum_program(sums))
+    with pf.load(src, backend=backend) as lib:
+        for i, variants in enumerate(sums):
+            kind = lib.types[f"s{i}"]
+            derived = kind.structure()
+            assert derived is not None, src.read_text()
+            layout = [(r, restorecheck.core_type(t)) for r, t, _ in derived[0]]
+            for k in range(len(variants)):
+                h = getattr(lib, f"mk{i}")(k)
+                raw = h.store()
+                comps = binformat.read_values(raw, "t", bools=False)
+                assert [(c.rank, restorecheck.core_type(c.type)) for c in comps] == layout, (src.read_text(), i, k)
+                active = {idx for node in derived[1].variants[k][1] for idx in _leaves(node)}
+                for idx, c in enumerate(comps):
+                    if c.type != "bool" or (c.rank and not np.prod(c.shape)):
+                        continue  # not a bool, or no element to set
+                    b = bytearray(raw)
+                    b[c.data_offset] = 0x5A
+                    if idx in active:
+                        with pytest.raises(ValueFormatError, match="neither 0 nor 1"):
+                            kind.restore(bytes(b))
+                    else:
+                        assert kind.restore(bytes(b)).store() == bytes(b)
+
+
+def _leaves(node) -> list[int]:
+    from pybridge.futhark import restorecheck
+
+    if isinstance(node, restorecheck.Leaf):
+        return [node.index]
+    if isinstance(node, restorecheck.Record):
+        return [i for _, f in node.fields for i in _leaves(f)]
+    if isinstance(node, restorecheck.Array):
+        return list(node.indices)
+    return [node.tag] + [i for _, ps in node.variants for p in ps for i in _leaves(p)]

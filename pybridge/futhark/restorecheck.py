@@ -9,8 +9,8 @@ compute on it silently). This module checks both:
 - ``outer_dims``: every component of an array of rank r (of records, tuples or sums) has rank >= r
   and the same first r dimensions: Futhark's arrays are regular, so values it produced always do;
 - ``Structure``: where the value's component layout can be derived from the manifest (records:
-  fields in manifest order; sums: an i8 tag, then payload slots shared between variants by core
-  type (unsigned stored as signed), as Futhark lays them out), and agrees with the components present, every tag in reach of an
+  fields in manifest order; sums: an i8 tag, then payload slots, scalar ones shared between
+  variants by core type (unsigned stored as signed), arrays one slot each, as Futhark lays them out), and agrees with the components present, every tag in reach of an
   active variant is checked to be in range, and the outer lengths of arrays nested in the value.
 
 Only what an active variant reaches is checked: the inactive payload of a sum holds whatever bytes
@@ -111,8 +111,10 @@ def flatten(type_name: str, opaque_info: Callable[[str], Any], path: str = "", d
                 c, t = flatten(p, opaque_info, f"{path}#{v.name}.{j}", depth + 1)
                 c = [(rk, core_type(ty), where) for rk, ty, where in c]  # as the sum stores them
                 slots = []
-                for rk, ty, where in c:  # the first slot of this type the variant does not use yet
-                    k = next((i for i in range(1, len(comps)) if comps[i][:2] == (rk, ty) and i not in used), None)
+                for rk, ty, where in c:
+                    # Scalars: the first slot of this type the variant does not use yet. Arrays get
+                    # a slot of their own (Futhark shares no array slots between variants).
+                    k = None if rk else next((i for i in range(1, len(comps)) if comps[i][:2] == (rk, ty) and i not in used), None)
                     if k is None:
                         k = len(comps)
                         comps.append((rk, ty, where))
