@@ -83,9 +83,12 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
                 env[f"T{i}"] = exact
                 if prim.name == "f32":  # np.float32 as it is; a float or np.float64 within f32's range as a float
                     env["F32"], env["F64"], env["F32_MAX"] = np.float32, np.float64, _F32_MAX
+                    # A float is compared as it is (no float() call: issue 23); NaN fails both tests.
                     pre += [f"if (t := type(a{i})) is not F32:",
-                            f"    if (t is float or t is F64) and -F32_MAX <= (x := float(a{i})) <= F32_MAX: a{i} = x",
-                            f"    else: a{i} = conv{i}(a{i})  # NaN, inf, out of range, other types: the rule"]
+                            "    if t is float:",
+                            f"        if not -F32_MAX <= a{i} <= F32_MAX: a{i} = conv{i}(a{i})  # NaN, inf, out of range: the rule",
+                            f"    elif t is F64 and -F32_MAX <= a{i} <= F32_MAX: a{i} = float(a{i})",
+                            f"    else: a{i} = conv{i}(a{i})  # other types, and np.float64 NaN, inf, out of range: the rule"]
                 else:
                     pre.append(f"if type(a{i}) not in T{i}: a{i} = conv{i}(a{i})")
             c_args.append(f"a{i}")
