@@ -62,6 +62,8 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     a.set_defaults(modules=list(SUBCOMMANDS))
     r = sub.add_parser("report", help="table / PNG / BENCHMARKS.md from earlier --json files (runs nothing)")
     r.add_argument("inputs", nargs="+", metavar="JSON", help="files written by --json (rows are merged in order)")
+    r.add_argument("--command", metavar="TEXT",
+                   help="the command that made the runs, for BENCHMARKS.md's header (default: the first file's)")
     common(r)
     r.set_defaults(modules=[])
     return p
@@ -76,6 +78,8 @@ def main(argv: Sequence[str] | None = None, parser_class: type[argparse.Argument
     if ns.subcommand == "report":
         try:
             rows, meta = report.read_json(ns.inputs)
+            if ns.command:
+                meta["command"] = ns.command
         except (OSError, ValueError) as e:
             print(f"pybridge bench report: {e}", file=sys.stderr)
             return 2
