@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
 # GPU, one device call (under 10 minutes on an H100): every row of BENCHMARKS.md from one run.
-#   1. `pybridge bench programs --backend cuda`: Futhark's own executable vs pybridge on resident
-#      handles (and the bare cffi call), results checked equal;
+#   1. `pybridge bench programs --backend cuda`, then `--backend c`: Futhark's own executable vs
+#      pybridge on resident handles (and the bare cffi call), results checked equal;
 #   2. `pybridge bench all`: entry points, launches, exchange, fusion, bandwidth, matmul;
 #   3. `pybridge bench scaling --gpus 1`: pybridge.dask on one GPU, timed with a device sync after
 #      `wait`, beside Dask + CuPy on the same graph and Dask alone;
 #   4. the CUB comparisons (benchmarks/scan_vs_cub.cu, sum_vs_cub.cu), when their binaries are carried;
-#   5. BENCHMARKS.md from the JSON of steps 1-3 (and the c-backend programs JSON, when carried) by
-#      `pybridge bench report`, its hand-written notes kept.
+#   5. BENCHMARKS.md from the JSON of steps 1-3 by `pybridge bench report`, its hand-written notes
+#      kept (a carried $PREP/programs-c.json stands in for step 1's c run when that made none).
 #
 # The GPU machine has no Futhark compiler and no network, so on the development machine first:
-#   FUTHARK=.tools/bin/futhark python3 -m pybridge bench programs --prepare .carry-programs --backend cuda
-#   FUTHARK=.tools/bin/futhark nice python3 -m pybridge bench programs --backend c --json .carry-programs/programs-c.json
+#   for b in cuda c; do FUTHARK=.tools/bin/futhark python3 -m pybridge bench programs --prepare .carry-programs --backend $b; done
 #   make -k futhark FUTHARK_BACKEND=cuda            # the C of build/futhark/cuda and build/reference/cuda
 #   pip download --python-version 3.12 --only-binary=:all: -d .whl dask distributed
 #   mkdir -p .carry-cub && for b in scan sum; do nvcc -O3 -std=c++17 -arch=sm_90 -o .carry-cub/${b}_vs_cub benchmarks/${b}_vs_cub.cu; done
 # Then the device call `bash scripts/gpu_benchmarks.sh`, carrying .gpu-wheels, .whl, build/futhark/cuda,
-# build/reference/cuda, build/cuda, .carry-programs and .carry-cub (untracked; never commit them).
+# build/reference/cuda, .carry-programs and .carry-cub (untracked; never commit them).
 # Copy $OUT/BENCHMARKS.md and $OUT/benchmarks.png back into the repository.
 set -u
 export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=${PYBRIDGE_CACHE:-/tmp/pb-cache}
@@ -31,6 +30,12 @@ step "pybridge bench programs (cuda, prebuilt C from $PREP)"
 timeout ${PROGRAMS_TIMEOUT:-200} python3 -m pybridge bench programs --backend cuda --prebuilt "$PREP" \
   --runs ${RUNS:-20} --json "$OUT/programs-cuda.json" 2>&1 | tail -45  # tail: head would close the pipe before the JSON is written
 echo "rc=${PIPESTATUS[0]}"
+if [ -d "$PREP/c" ]; then
+  step "pybridge bench programs (c, prebuilt C from $PREP)"
+  timeout ${PROGRAMS_C_TIMEOUT:-200} python3 -m pybridge bench programs --backend c --prebuilt "$PREP" \
+    --runs ${RUNS:-20} --json "$OUT/programs-c.json" 2>&1 | tail -14
+  echo "rc=${PIPESTATUS[0]}"
+fi
 step "pybridge bench all"
 timeout ${BENCH_TIMEOUT:-240} python3 -m pybridge bench all --json "$OUT/all.json" 2>/dev/null | tail -60
 echo "rc=${PIPESTATUS[0]}"
@@ -45,7 +50,8 @@ for b in scan sum; do
   fi
 done
 inputs="$OUT/all.json"
-for j in "$OUT/programs-cuda.json" "$OUT/scaling.json" "$PREP/programs-c.json"; do
+c_json="$OUT/programs-c.json"; [ -e "$c_json" ] || c_json="$PREP/programs-c.json"
+for j in "$OUT/programs-cuda.json" "$c_json" "$OUT/scaling.json"; do
   [ -e "$j" ] && inputs="$inputs $j"
 done
 python3 -m pybridge bench report $inputs --command "bash scripts/gpu_benchmarks.sh" --markdown BENCHMARKS.md --png "$OUT/benchmarks.png" > /dev/null

@@ -137,3 +137,40 @@ def test_a_closed_stdout_still_writes_the_json(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()[-500:]
     assert len(json.loads(out.read_text())["rows"]) == 3000
+
+
+@pytest.mark.parametrize("runs", [1, 2, 5, 20, 31])
+def test_pair_rotates_which_side_runs_first_and_splits_the_runs(monkeypatch, runs):
+    """The executable, pybridge and the bare cffi call alternate in rounds, each round led by the
+    next side (none always runs first after another process used the device), and every side makes
+    exactly ``runs`` timed calls."""
+    calls: list[tuple[str, int]] = []
+
+    def fake(name, value):
+        def side(*args):
+            n = args[3]  # every side takes its number of runs fourth
+            calls.append((name, n))
+            return ([value] * n, [7]) if name != "bare" else [value] * n
+        return side
+
+    monkeypatch.setattr(programs, "dataset_bytes", lambda *a, **k: b"")
+    monkeypatch.setattr(programs, "read_values", lambda *a, **k: [])
+    monkeypatch.setattr(programs, "run_executable", fake("exe", 10.0))
+    monkeypatch.setattr(programs, "run_pybridge", fake("pybridge", 12.0))
+    monkeypatch.setattr(programs, "run_bare", fake("bare", 11.0))
+
+    class Lib:
+        backend = "c"
+
+    prog = programs.Program(Path("p.fut"), [])
+    ds = programs.Dataset("main", "input", "1", "#0")
+    r = programs._pair(None, prog, ds, Path("exe"), Lib(), "programs (c)", runs, 10.0)
+    for name in ("exe", "pybridge", "bare"):
+        assert sum(n for side, n in calls if side == name) == runs
+    rounds = [calls[i:i + 3] for i in range(0, len(calls), 3)]
+    assert all(sorted(s for s, _ in rnd) == ["bare", "exe", "pybridge"] for rnd in rounds)
+    leaders = [rnd[0][0] for rnd in rounds]
+    assert leaders == (["exe", "pybridge", "bare"] * 2)[:len(rounds)]
+    if len(rounds) >= 3:
+        assert set(leaders) == {"exe", "pybridge", "bare"}
+    assert r["median_us"] == 12.0 and r["exe_us"] == 10.0 and r["bare_us"] == 11.0 and r["equal"]

@@ -56,7 +56,7 @@ TARGET_ADDED_WORST_US = 4.0  # worst entry shape
 TARGET_RATIO_LONG = 1.02  # calls of 1 ms or more
 TARGET_RATIO_MEDIAN_ALL, TARGET_RATIO_WORST_ALL = 1.02, 1.2  # every pair (issue 23's cuda row)
 LONG_US = 1000.0
-ROUNDS = 5  # executable and pybridge alternate, runs split over this many rounds
+ROUNDS = 6  # executable, pybridge and bare cffi alternate, runs split over this many rounds (each side first in two)
 
 BENCHMARK = "programs"
 PRIMS = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "f32", "f64", "bool")
@@ -589,20 +589,37 @@ def _pair(futhark: str | None, prog: Program, ds: Dataset, exe: Path, lib: Any, 
         exe_us: list[float] = []
         py_us: list[float] = []
         bare_us: list[float] | None = []
-        # Alternate the two sides in rounds: on a shared or throttling machine both see the same load.
-        rounds = max(1, min(ROUNDS, runs // 5))
-        for k in range(rounds):
-            n = runs // rounds + (1 if k < runs % rounds else 0)
-            cache = exe.with_name(exe.name + ".kernels") if lib.backend in GPU_BACKENDS else None
+        exe_out: list[Any] = []
+        py_out: list[Any] = []
+        cache = exe.with_name(exe.name + ".kernels") if lib.backend in GPU_BACKENDS else None
+
+        def executable(n: int) -> None:
+            nonlocal exe_out
             got, exe_out = run_executable(exe, ds.entry, data, n, timeout, cache)
-            exe_us += got
+            exe_us.extend(got)
+
+        def through_pybridge(n: int) -> None:
+            nonlocal py_out
             got, py_out = run_pybridge(lib, ds.entry, values, n)
-            py_us += got
+            py_us.extend(got)
+
+        def bare(n: int) -> None:
+            nonlocal bare_us
             if bare_us is not None:
                 try:
                     bare_us += run_bare(lib, ds.entry, values, n)
                 except Exception:  # noqa: BLE001 - the floor column only: the comparison stands without it
                     bare_us = None
+
+        # Alternate the sides in rounds, each round starting with the next one: on a shared or
+        # throttling machine all see the same load, and none always runs first after another
+        # process used the device (a GPU's first calls after a context switch run slower).
+        sides = [executable, through_pybridge, bare]
+        rounds = max(1, min(ROUNDS, runs // 3))
+        for k in range(rounds):
+            n = runs // rounds + (1 if k < runs % rounds else 0)
+            for side in sides[k % 3:] + sides[:k % 3]:
+                side(n)
     except (ProgramError, subprocess.SubprocessError, ValueError, TypeError, OSError) as e:
         return skipped(b, impl, f"{type(e).__name__}: {str(e)[:300]}")
     except Exception as e:  # noqa: BLE001 - a Futhark error in one dataset must not stop the others
