@@ -90,14 +90,20 @@ def test_handle_checks_stay(lib, probe_so: Path) -> None:
         lib.saxpy(1.0, np.arange(4, dtype=np.float64), xs)  # wrong dtype: named, not reinterpreted
     gone = f32.new(np.arange(4, dtype=np.float32))
     gone.free()
-    with pytest.raises(InvalidHandleError, match="was freed"):
+    # A freed or consumed handle names the entry point and the parameter (found by a newcomer:
+    # "Futhark value of type []f32 was freed" alone), on the plan's path and the general one.
+    with pytest.raises(InvalidHandleError, match=r"^saxpy: parameter 'ys': .*was freed"):
         lib.saxpy(1.0, xs, gone)
-    with pytest.raises(InvalidHandleError, match="was freed"):
+    with pytest.raises(InvalidHandleError, match=r"^saxpy: parameter 'ys': .*was freed"):
+        lib.saxpy(1.0, xs, ys=gone)
+    with pytest.raises(InvalidHandleError, match=r"^bump: parameter 'xs': .*was freed"):
         lib.bump(gone)
     bumped = lib.bump(xs)
     assert not xs.valid
-    with pytest.raises(InvalidHandleError, match="consumed by entry point 'bump'"):
+    with pytest.raises(InvalidHandleError, match=r"^bump: parameter 'xs': .*consumed by entry point 'bump'"):
         lib.bump(xs)
+    with pytest.raises(InvalidHandleError, match=r"^sum: parameter 'xs': .*consumed by entry point 'bump'"):
+        lib.sum(xs=xs)
     np.testing.assert_array_equal(bumped.numpy(), [1, 1, 2, 3])
 
 
@@ -115,3 +121,48 @@ def test_closed_context(probe_so: Path) -> None:
     for call in (lambda: lib.trivial(1), lambda: lib.saxpy(1.0, xs, xs), lambda: lib.bump(xs), xs.numpy):
         with pytest.raises(InvalidHandleError):
             call()
+
+
+def test_an_unknown_keyword_is_named_before_a_missing_argument(lib) -> None:
+    """``sum(ys=...)`` for ``sum(xs)`` said "missing a required argument: 'xs'", hiding the typo."""
+    xs = lib.types["[]f32"].new(np.arange(4, dtype=np.float32))
+    with pytest.raises(TypeError, match=r"^sum\(xs: .*\).*: got an unexpected keyword argument 'ys'"):
+        lib.sum(ys=xs)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'zs'"):
+        lib.saxpy(1.0, xs, zs=xs)
+    with pytest.raises(TypeError, match=r"missing a required argument: 'ys'"):
+        lib.saxpy(1.0, xs)
+    assert lib.sum(xs=xs) == 6.0
+
+
+PAIRS = """\
+type pt = {x: f64, y: f64}
+entry add_pair (p: (f64, i32)) : f64 = p.0 + f64.i32 p.1
+entry norm1 (q: pt) : f64 = f64.abs q.x + f64.abs q.y
+"""
+
+
+@pytest.mark.skipif(__import__("pybridge.futhark.build", fromlist=["x"]).futhark_compiler() is None,
+                    reason="the Futhark compiler is not installed (scripts/install-futhark.sh, or FUTHARK=...)")
+def test_tuple_and_record_arguments_name_the_parameter(tmp_path: Path) -> None:
+    """Found by a newcomer: ``add_pair((1.0,))`` said "(f64, i32): expected 2 fields" with no entry
+    point or parameter; a field out of range and a freed handle as a field likewise."""
+    src = tmp_path / "pairs.fut"
+    src.write_text(PAIRS)
+    with pf.load(src, backend="c") as lib:
+        assert lib.add_pair((1.5, 2)) == 3.5 and lib.norm1({"x": -1.0, "y": 2.0}) == 3.0
+        with pytest.raises(TypeError, match=r"^add_pair: parameter 'p': .*expected 2 fields"):
+            lib.add_pair((1.0,))
+        with pytest.raises(OverflowError, match=r"^add_pair: parameter 'p': .*does not fit in i32"):
+            lib.add_pair((1.0, 2**40))
+        with pytest.raises(TypeError, match=r"^add_pair: parameter 'p': expected \(f64, i32\)"):
+            lib.add_pair([1.0, 2])
+        with pytest.raises(TypeError, match=r"^norm1: parameter 'q': "):
+            lib.norm1({"x": 1.0})
+        with pytest.raises(TypeError, match=r"^norm1: parameter 'q': "):
+            lib.norm1({"x": 1.0, "y": "two"})
+        q = lib.types["pt"].new(x=3.0, y=4.0)
+        assert lib.norm1(q) == 7.0
+        q.free()
+        with pytest.raises(InvalidHandleError, match=r"^norm1: parameter 'q': .*was freed"):
+            lib.norm1(q)

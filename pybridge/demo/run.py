@@ -111,7 +111,7 @@ def _run_futhark_example(ex: Example, libs: dict[Path, Any], size: int | None,
                 return (where, "NO ERROR", "-", "expected a Futhark program error")
             except pf.ProgramError as e:
                 ok = ex.error_substring is None or ex.error_substring in str(e)
-                return (where, "ok" if ok else "WRONG ERROR", "-", str(e).splitlines()[0])
+                return (where, "ok" if ok else "WRONG ERROR", "-", "raised as expected: " + str(e).splitlines()[0])
         # Keep inputs in Futhark between calls (the fast path), then time call + sync.
         handles = [lib.types[p.type].new(a) if p.type.startswith("[") else a for p, a in zip(fn.info.inputs, args)]
         result = fn(*handles)

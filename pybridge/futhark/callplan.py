@@ -97,7 +97,8 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
         env[f"K{i}"] = kind
         htype, kattr = ("ArrayHandle", "atype") if isinstance(kind, ArrayKind) else ("OpaqueHandle", "otype")
         pre.append(f"if type(a{i}) is not {htype} or a{i}.{kattr} is not K{i}: return self._call_general(args)")
-        live.append(f"if a{i}._status is not None: a{i}.ptr  # raises InvalidHandleError")
+        env[f"W{i}"] = f"{ep.name}: parameter {p.name!r}"
+        live.append(f"if a{i}._status is not None: a{i}._live_ptr(W{i})  # raises InvalidHandleError naming the parameter")
         c_args.append(f"a{i}._ptr")
         handles.append(i)
     consumed = [i for i in handles if info.inputs[i].unique]

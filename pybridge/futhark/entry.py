@@ -140,6 +140,9 @@ class EntryPoint:
             return args
         try:
             kwargs = resolve_keys(kwargs, self._kw_lookup, self._pynames, self.name)
+            for k in kwargs:  # before bind(), which would report a missing argument first and hide the typo
+                if k not in self._pynames:
+                    raise TypeError(f"got an unexpected keyword argument {k!r}")
             bound = self.__signature__.bind(*args, **kwargs)
         except TypeError as e:
             raise TypeError(f"{self.name}{self.__signature__}: {e}") from None
@@ -176,8 +179,9 @@ class EntryPoint:
             cells = [codec.out_cell(o.type) for o in info.outputs]
             shells = [codec.shell(o.type) for o in info.outputs]
             with ctx.lock:  # docs/DESIGN.md, "Threads"
-                for v in handles:
-                    v.ptr  # still live: another thread may have freed or consumed it since conversion
+                for p, v in zip(info.inputs, values):  # still live: another thread may have freed or consumed it since conversion
+                    if isinstance(v, Value):
+                        v._live_ptr(f"{self.name}: parameter {p.name!r}")
                 cptr = ctx.ptr  # a property, so out of the try: there, a KeyboardInterrupt before `rc` is set came after the C call
                 step, rc = 1, None
                 try:

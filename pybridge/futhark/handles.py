@@ -52,6 +52,13 @@ class Value:
             raise InvalidHandleError(f"{self._describe()} belongs to a closed Futhark context")
         return self._ptr
 
+    def _live_ptr(self, what: str) -> Any:
+        """``ptr``, its error naming ``what`` (``"saxpy: parameter 'ys'"``: where it was passed)."""
+        try:
+            return self.ptr
+        except InvalidHandleError as e:
+            raise InvalidHandleError(f"{what}: {e}") from None
+
     @property
     def valid(self) -> bool:
         return self._status is None and not self._ctx.closed
