@@ -88,3 +88,27 @@ def test_cuda_kernel_over_device_and_host_blocks(client):
     assert isinstance(on_device._meta, cupy.ndarray) and isinstance(on_host._meta, np.ndarray)
     np.testing.assert_array_equal(client.compute(pbd.to_host(on_device), sync=True), 4 * x)
     np.testing.assert_array_equal(client.compute(on_host, sync=True), 4 * x)
+
+
+@pytest.mark.parametrize("pin", ["visible", "index"])
+def test_two_workers_sharing_one_gpu_give_correct_results(pin):
+    """Issue 23: two worker processes on device 0 (each its own Futhark context on the same GPU),
+    a chain of Futhark calls whose blocks stay on the device and a reduction; both workers work and
+    every result equals NumPy's."""
+    rng = np.random.default_rng(2)
+    n = 1 << 22
+    x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    with pbd.local_cluster(devices=[0, 0], pin=pin) as cluster, distributed.Client(cluster) as client:
+        X, Y = pbd.to_device(da.from_array(x, chunks=n // 16)), pbd.to_device(da.from_array(y, chunks=n // 16))
+        saxpy = cuda_entry("saxpy", "saxpy")
+        twice = pbd.map_blocks(saxpy, np.float32(0.5), pbd.map_blocks(saxpy, np.float32(2.0), X, Y), Y)
+        got = client.compute(pbd.to_host(twice), sync=True)
+        np.testing.assert_allclose(got, np.float32(0.5) * (np.float32(2.0) * x + y) + y, rtol=1e-6)
+        total = pbd.reduction(cuda_entry("dot", "dot"), X, X, combine=cuda_entry("dot", "sum"))
+        exact = float(np.dot(x.astype(np.float64), x))
+        assert abs(float(client.compute(total, sync=True)) - exact) <= 1e-4 * exact
+        stats = client.run(pbd.stats)
+        # both workers ran tasks, each with one context per library it loaded (saxpy, dot)
+        assert len(stats) == 2 and len({s["pid"] for s in stats.values()}) == 2
+        for s in stats.values():
+            assert 1 <= s["contexts_created"] == len(s["libraries"]) <= 2, s
