@@ -505,6 +505,42 @@ print(json.dumps(out))
     assert "disagree" in r["pickle"], r
 
 
+@pytest.mark.parametrize("backend", backends("c", "cuda"))
+def test_reading_a_composed_value_leaves_no_value_behind_without_the_gc(backend: str) -> None:
+    """Found by the lifecycle machine on composed.fut: ``numpy()`` of an array of sums built its
+    nested lists with a closure that called itself, a reference cycle holding the array's element
+    handles until the cyclic GC ran; the library kept a value allocated for a nondeterministic time
+    (a "leak" at teardown, and Hypothesis's FlakyStrategyDefinition). With the GC off, every value
+    a read makes is gone when the read returns."""
+    r = child(f"""
+import gc, json, numpy as np
+import pybridge.futhark as pf
+gc.disable()
+lib = pf.load({str(COMPOSED)!r}, backend={backend!r})
+made = {{
+    "[]shape": lambda: lib.shapes(np.array([1., -1., 2.])),
+    "[]nested": lambda: lib.nests(np.array([0, 1, 2], np.int32)),
+    "[]flag": lambda: lib.flags(3),
+    "[]rec2": lambda: lib.r2s(3),
+    "[][]point": lambda: lib.mat(2),
+    "[](i32, shape)": lambda: lib.tups(3),
+    "[]arrsum2": lambda: lib.asums(3, 2),
+    "rec2": lambda: lib.r2(1),
+    "nested": lambda: lib.nest(0),
+}}
+left = {{}}
+for name, make in made.items():
+    h = make()
+    before = lib.live_values()
+    h.numpy()
+    after_read = lib.live_values() - before
+    h.free()
+    left[name] = [after_read, lib.live_values()]
+print(json.dumps(left))
+""")
+    assert all(v == [0, 0] for v in r.values()), r
+
+
 @pytest.mark.parametrize("backend", backends("c", "multicore", "cuda"))
 def test_restore_of_independently_drawn_parts_never_crashes(backend: str) -> None:
     """Hypothesis, in a child (a crash is a failure with its signal): for each composed type, the

@@ -425,11 +425,7 @@ class OpaqueHandle(Value):
         if info.record_array:
             return {n: _numpy(self.field(n)) for n in self.field_names}
         if info.opaque_array:
-            def elements(prefix: tuple[int, ...], shape: tuple[int, ...]) -> list[Any]:
-                if len(shape) == 1:
-                    return [_numpy(self[prefix + (i,)]) for i in range(shape[0])]
-                return [elements(prefix + (i,), shape[1:]) for i in range(shape[0])]
-            return elements((), self.shape)
+            return _elements(self, (), self.shape)
         if info.record:
             if self.is_tuple:
                 return tuple(_numpy(self.field(n)) for n in self.field_names)
@@ -512,6 +508,16 @@ def _aliasing(parent: Value, child: Any) -> Any:
     if isinstance(child, Value):
         aliases.join([parent, child])
     return child
+
+
+def _elements(array: "OpaqueHandle", prefix: tuple[int, ...], shape: tuple[int, ...]) -> list[Any]:
+    """The elements of an opaque array under ``prefix`` as nested lists. A function of the module,
+    not a closure calling itself: that closure is a reference cycle holding ``array`` and the
+    element handles until the cyclic GC runs, so their Futhark values stayed allocated for a
+    nondeterministic time (found by the lifecycle machine on tests/programs/composed.fut)."""
+    if len(shape) == 1:
+        return [_numpy(array[prefix + (i,)]) for i in range(shape[0])]
+    return [_elements(array, prefix + (i,), shape[1:]) for i in range(shape[0])]
 
 
 def _numpy(x: Any) -> Any:
