@@ -406,7 +406,8 @@ def test_lifecycle_profile_has_no_crash(backend) -> None:
     ``PYBRIDGE_LIFECYCLE_PROFILE=full`` runs 10,000 sequences per backend (RELIABILITY.md)."""
     from pybridge.testing.lifecycle_run import interrupts_wanted, profile_sequences, run
 
-    programs = [str(PROGRAM)]
+    # composed.fut: records, sums and arrays of both (its reads once left values to the GC)
+    programs = [str(PROGRAM), str(ROOT / "tests" / "programs" / "composed.fut")]
     hist = ROOT / "build" / "futhark" / backend / "libhistogram.so"
     if hist.exists():
         programs.append(str(hist))  # nbins: a size known from the .fut shipped beside it
