@@ -12,6 +12,7 @@ import pytest
 
 import pybridge.futhark as pf
 from pybridge.futhark import InvalidHandleError, ProgramError
+from pybridge.futhark.build import futhark_compiler
 from pybridge.paths import find_build_file
 
 pytestmark = pytest.mark.futhark
@@ -142,7 +143,7 @@ entry norm1 (q: pt) : f64 = f64.abs q.x + f64.abs q.y
 """
 
 
-@pytest.mark.skipif(__import__("pybridge.futhark.build", fromlist=["x"]).futhark_compiler() is None,
+@pytest.mark.skipif(futhark_compiler() is None,
                     reason="the Futhark compiler is not installed (scripts/install-futhark.sh, or FUTHARK=...)")
 def test_tuple_and_record_arguments_name_the_parameter(tmp_path: Path) -> None:
     """Found by a newcomer: ``add_pair((1.0,))`` said "(f64, i32): expected 2 fields" with no entry

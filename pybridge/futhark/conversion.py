@@ -23,7 +23,7 @@ import numpy as np
 from ..convert import to_numpy  # the package's one converter: handles through their .numpy()
 from . import aliases
 from .cdef import struct_name
-from .errors import InvalidHandleError
+from .errors import InvalidHandleError, naming
 from .handles import ArrayHandle, OpaqueHandle, Value
 from .kinds import ArrayKind
 from .types import PRIMITIVES, Primitive, scalar_to_numpy
@@ -46,15 +46,6 @@ def prim_to_c(prim: Primitive, value: Any, what: str) -> Any:
         return int(v.view(np.uint16))
     return v.item()
 
-
-
-def _naming(e: Exception, what: str) -> Exception:
-    """``e`` with ``what`` (the entry point and parameter) in front of its message, where it is not
-    already; an exception of another class than the plain ones is returned as it is."""
-    text = str(e)
-    if text.startswith(what) or type(e) not in (TypeError, ValueError, OverflowError, InvalidHandleError):
-        return e
-    return type(e)(f"{what}: {text}")
 
 class _Scope:
     """Temporaries created for one call, freed when the call is done."""
@@ -114,25 +105,27 @@ class Codec:
             return value
         if isinstance(kind, ArrayKind):
             h: Value = kind._new_from(kind.coerce(value, what))
-        elif kind.info.record is not None and kind.info.record.new and not isinstance(value, (Mapping, tuple)):
-            raise TypeError(f"{what}: expected {type_name} (a handle, or a {'tuple' if kind.kind == 'tuple' else 'dict of fields'}), got {type(value).__name__}")
         else:
-            try:  # built by the kind, whose errors name the type and field: add the parameter
-                h = self._built(kind, value, what, type_name)
+            try:  # the kind's errors name the type and field; naming() adds the parameter
+                h = self._opaque(kind, type_name, value, what)
             except (TypeError, ValueError, OverflowError, InvalidHandleError) as e:
-                raise _naming(e, what) from None
+                raise naming(e, what) from None
         scope.temps.append(h)
         return h
 
     @staticmethod
-    def _built(kind: Any, value: Any, what: str, type_name: str) -> Value:
-        """A temporary of opaque ``kind`` from a tuple, dict or (variant, payload) ``value``."""
+    def _opaque(kind: Any, type_name: str, value: Any, what: str) -> Value:
+        """A temporary of opaque ``kind`` from (variant, payload), a dict of columns or fields, or a tuple."""
         if kind.info.sum is not None and isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
             return kind.construct(value[0], *value[1])  # (variant, payload)
         if kind.info.record_array is not None and isinstance(value, Mapping):
             return kind.zip(**value)  # columns by field name
         if kind.info.record is not None and kind.info.record.new:
-            return kind.new(**value) if isinstance(value, Mapping) else kind.new(*value)
+            if isinstance(value, Mapping):
+                return kind.new(**value)
+            if isinstance(value, tuple):
+                return kind.new(*value)
+            raise TypeError(f"{what}: expected {type_name} (a handle, or a {'tuple' if kind.kind == 'tuple' else 'dict of fields'}), got {type(value).__name__}")
         raise TypeError(f"{what}: expected a handle of opaque type {type_name}, got {type(value).__name__}")
 
     def out_cell(self, type_name: str) -> Any:

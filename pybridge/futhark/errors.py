@@ -45,6 +45,16 @@ class InvalidHandleError(PybridgeError, RuntimeError):
     """A value was used after it was freed, consumed, or after its context was closed."""
 
 
+def naming(e: Exception, what: str) -> Exception:
+    """``e`` with ``what`` (where the value was passed: ``"saxpy: parameter 'ys'"``) in front of its
+    message, unless it is there already; an exception of another class than the plain ones (whose
+    constructor takes the message alone) is returned as it is."""
+    text = str(e)
+    if text.startswith(what) or type(e) not in (TypeError, ValueError, OverflowError, InvalidHandleError):
+        return e
+    return type(e)(f"{what}: {text}")
+
+
 def error_for(code: int | None, message: str, function: str | None = None) -> FutharkError:
     """The exception class for a return code and message."""
     low = message.lower()

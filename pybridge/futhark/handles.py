@@ -21,7 +21,7 @@ import numpy as np
 from ..interop import futhark_cai, futhark_dlpack, futhark_dlpack_device
 from . import aliases
 from .context import Context
-from .errors import FutharkError, InvalidHandleError, ProgramError
+from .errors import FutharkError, InvalidHandleError, ProgramError, naming
 
 if TYPE_CHECKING:
     from .protocols import LibraryLike
@@ -57,7 +57,7 @@ class Value:
         try:
             return self.ptr
         except InvalidHandleError as e:
-            raise InvalidHandleError(f"{what}: {e}") from None
+            raise naming(e, what) from None
 
     @property
     def valid(self) -> bool:
