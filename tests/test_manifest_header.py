@@ -19,10 +19,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pybridge.futhark.header import declarations
@@ -38,7 +39,7 @@ EXAMPLES = int(os.environ.get("PYBRIDGE_MANIFEST_EXAMPLES", "60"))
 CHILD = r"""
 import json, sys, shutil, tempfile, numpy as np, pybridge.futhark as pf
 from pathlib import Path
-so, manifest = Path(sys.argv[1]), sys.argv[2]
+so, manifest, cache = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 d = Path(tempfile.mkdtemp())
 for ext in (".h", ".fut"):
     src = so.with_name(so.stem.removeprefix("lib") + ext)
@@ -47,7 +48,7 @@ for ext in (".h", ".fut"):
 (d / so.name).symlink_to(so.resolve())
 (d / (so.stem.removeprefix("lib") + ".json")).write_text(manifest)
 try:
-    lib = pf.load(d / so.name)
+    lib = pf.load(d / so.name, **({"cache_file": cache} if cache else {}))
 except pf.ManifestError as e:
     print(json.dumps({"refused": str(e)})); sys.exit(0)
 def plain(x):
@@ -92,9 +93,18 @@ def _types_so(backend: str) -> list:
     return library_sources("types", (backend,))
 
 
+def _kernel_cache(so: Path) -> str:
+    """A GPU library's compiled kernels, kept between children: without it each child compiles
+    them again with NVRTC (about a second on the H100) and 60 examples outran pytest's timeout.
+    A manifest edit cannot reach the cache: Futhark keys it by the kernels' source."""
+    if so.parent.name not in ("cuda", "opencl", "hip"):
+        return ""
+    return str(Path(tempfile.gettempdir()) / f"pybridge-test-{so.parent.name}-{so.stem}-{os.getuid()}.kernels")
+
+
 def run_child(so: Path, manifest: str) -> dict:
     try:
-        proc = subprocess.run([sys.executable, "-c", CHILD, str(so), manifest], capture_output=True, text=True, timeout=120,
+        proc = subprocess.run([sys.executable, "-c", CHILD, str(so), manifest, _kernel_cache(so)], capture_output=True, text=True, timeout=120,
                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
     except subprocess.TimeoutExpired as e:
         raise AssertionError(f"hang: no answer in 120 s (last: {str(e.stdout)[-300:]})") from None
@@ -168,6 +178,12 @@ def _edit(raw: dict, how: str) -> tuple[dict, str]:
     if how == "variant name repeated":  # destruct of the wrong variant: SIGABRT
         t["shape"]["sum"]["variants"][1]["name"] = "circle"
         return m, "variant names repeat: ['circle']"
+    if how == "parameter name repeated":  # was a ValueError from inspect.Signature
+        e["make_point"]["inputs"][1]["name"] = "x"
+        return m, "entry point 'make_point': parameter names repeat: ['x']"
+    if how == "entry function not futhark_*":  # was compiled into API mode undeclared (gcc warned)
+        e["checked_div"]["cfun"] = "x"
+        return m, "is x, which the header does not declare"
     if how == "field name repeated":  # x read twice, y lost
         t["point"]["record"]["fields"][1]["name"] = "x"
         return m, "field names repeat: ['x']"
@@ -175,7 +191,8 @@ def _edit(raw: dict, how: str) -> tuple[dict, str]:
 
 
 EDITS = ["result i32 -> []i32", "parameter [][]f64 -> []f32", "field f32 -> []f32", "sum variants reordered", "record array rank 1 -> 2",
-         "variant name repeated", "field name repeated"]
+         "variant name repeated", "field name repeated", "parameter name repeated",
+         "entry function not futhark_*"]
 
 
 @pytest.mark.parametrize("how", EDITS)
@@ -228,12 +245,52 @@ def single_edit(draw, raw: dict) -> dict:
 
 
 @pytest.mark.parametrize("so", library_sources("types", BACKENDS))
+@pytest.mark.timeout(max(120, 4 * EXAMPLES))  # one child per example, each with its own 120 s limit
 @given(data=st.data())
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 def test_random_single_edits_are_refused_or_work(so: Path, data) -> None:
     raw = json.loads(so.with_name("types.json").read_text())
     edited = data.draw(single_edit(raw))
+    assume(not _f16_made_u16(raw, edited))  # the one edit the header cannot show: see below
     assert_refused_or_right(so, edited)
+
+
+def _differences(a: object, b: object, path: tuple = ()) -> list[tuple[tuple, object, object]]:
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        return [d for k in a for d in _differences(a[k], b[k], path + (k,))]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, path + (i,))]
+    return [] if a == b else [(path, a, b)]
+
+
+def _f16_made_u16(raw: dict, edited: dict) -> bool:
+    """The edit is one scalar's type changed between f16 and u16 (an entry point's parameter or
+    result, a field, a sum payload); an array's element type is named in its C struct instead."""
+    diff = _differences(raw, edited)
+    if len(diff) != 1:
+        return False
+    path, was, now = diff[0]
+    return sorted((str(was), str(now))) == ["f16", "u16"] and path[-1] != "elemtype"
+
+
+def test_f16_and_u16_scalars_look_alike_in_the_header() -> None:
+    """Why the random edits leave f16 <-> u16 out: Futhark declares both as uint16_t, so the
+    header check cannot refuse the edit, and the bits are read as the other type (a sweep of all
+    1,460 single type-name edits of types.json on c found these the only wrong answers)."""
+    so = next((p.values[0] for p in library_sources("types", ("c",)) if p.values[0] is not None), None)
+    if so is None:
+        pytest.skip("build/reference/c/libtypes.so not built: run make")
+    raw = json.loads(so.with_name("types.json").read_text())
+    prims = raw["entry_points"]["prims"]
+    f16_at = [i for i, r in enumerate(prims["outputs"]) if r["type"] == "f16"]
+    u16_at = [i for i, r in enumerate(prims["outputs"]) if r["type"] == "u16"]
+    params = declarations(so.with_name("types.h").read_text())["futhark_entry_prims"].params
+    assert f16_at and u16_at and params[1 + f16_at[0]] == params[1 + u16_at[0]] == "uint16_t *"
+    edited = copy.deepcopy(raw)
+    edited["entry_points"]["prims"]["outputs"][f16_at[0]]["type"] = "u16"
+    assert _f16_made_u16(raw, edited)
+    edited["entry_points"]["prims"]["outputs"][u16_at[0]]["type"] = "f16"
+    assert not _f16_made_u16(raw, edited)
 
 
 # ---------------------------------------------------------------- parsing alone

@@ -7,6 +7,7 @@ process (``run_child``), so a regression fails the test instead of taking pytest
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import pickle
@@ -21,6 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import pybridge.futhark as pf
+from conftest import library_sources
 from pybridge.futhark.build import futhark_compiler
 from pybridge.futhark.manifest import ManifestError, parse_manifest
 
@@ -322,6 +324,79 @@ JSON_VALUES = st.one_of(
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_fuzzed_manifests_parse_or_raise_manifest_error(lib, data) -> None:
     raw = json.loads(_manifest_path(lib).read_text())
+    mutated = _mutations(data.draw, raw)
+    try:
+        parse_manifest(mutated)
+    except ManifestError:
+        pass
+
+
+def _every_single_edit(raw: object):
+    """Every copy of ``raw`` with one value replaced by each of a few wrong kinds, or its key
+    dropped: exhaustive where a random walk rarely reaches a deep spot (a sum variant's payload)."""
+    spots: list[tuple] = []
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for k in node:
+                spots.append(path + (k,))
+                walk(node[k], path + (k,))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                spots.append(path + (i,))
+                walk(v, path + (i,))
+
+    walk(raw, ())
+    for path in spots:
+        for value in (None, True, 0, -1, 2**63, "", "x", "f64", [], [1], {}, {"name": "x"}, "<drop>"):
+            edited = copy.deepcopy(raw)
+            node = edited
+            for k in path[:-1]:
+                node = node[k]
+            if value == "<drop>":
+                if not isinstance(node, dict):
+                    continue
+                del node[path[-1]]
+            else:
+                node[path[-1]] = value
+            yield path, value, edited
+
+
+@pytest.mark.parametrize("program", ["types", "wrap"])
+def test_every_single_edit_of_a_manifest_parses_or_raises_manifest_error(program) -> None:
+    """types.fut has sums, records and arrays of records (a variant's payload null was a TypeError)."""
+    src = next((p.values[0] for p in library_sources(program, ("c",)) if p.values[0] is not None), None)
+    if src is None:
+        pytest.skip(f"build/reference/c/lib{program}.so not built: run make")
+    raw = json.loads(src.with_name(f"{program}.json").read_text())
+    tried = 0
+    for path, value, edited in _every_single_edit(raw):
+        tried += 1
+        try:
+            parse_manifest(edited)
+        except ManifestError:
+            pass
+        except Exception as e:
+            raise AssertionError(f"{program}.json with {'/'.join(map(str, path))} = {value!r}: {type(e).__name__}: {e}") from e
+    assert tried > 1000
+
+
+@given(data=st.data())
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_fuzzed_manifests_parse_or_raise_manifest_error(lib, data) -> None:
+    raw = json.loads(_manifest_path(lib).read_text())
+    mutated = _mutations(data.draw, raw)
+    try:
+        parse_manifest(mutated)
+    except ManifestError:
+        pass
+
+
+@given(data=st.data())
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_fuzzed_sum_and_record_manifests_parse_or_raise_manifest_error(types_lib, data) -> None:
+    """types.fut has sums, records and arrays of records (a variant's payload null was a TypeError)."""
+    raw = json.loads(_manifest_path(types_lib).read_text())
     mutated = _mutations(data.draw, raw)
     try:
         parse_manifest(mutated)

@@ -17,6 +17,10 @@ What a declaration cannot show is checked from the header too:
   dimension, also when the manifest does not name it (``shape`` returns a bare pointer: a wrong
   rank read past it, and looped over garbage sizes).
 
+What the header cannot show: uniqueness, which field a projection reads, and ``f16`` against
+``u16`` in a scalar position (Futhark passes an ``f16`` as its bits, declared ``uint16_t``); such
+an edit loads, and the value's bits are read as the other type (RELIABILITY.md).
+
 Only the header's ``futhark_*`` function declarations are read (``<ret> name(<params>);``, one
 per statement), the form every Futhark 0.25 header has; a header without them (another form)
 checks nothing, and says so in the log.
@@ -91,10 +95,10 @@ def check(manifest: Manifest, cdef: str, header: Path) -> None:
     ours = declarations(cdef)
     for name in manifest.c_functions():
         mine, real = ours.get(name), truth.get(name)
+        if real is None:  # also a name the cdef parse skips (not futhark_*): API mode would call it undeclared
+            raise ManifestError(f"{where} does not match {header.name}: {_role(manifest, name)} is {name}, which the header does not declare")
         if mine is None:
             continue
-        if real is None:
-            raise ManifestError(f"{where} does not match {header.name}: {_role(manifest, name)} is {name}, which the header does not declare")
         if (mine.ret, mine.params) != (real.ret, real.params):
             raise ManifestError(
                 f"{where} does not match {header.name}: {_role(manifest, name)} disagrees: the manifest makes it "

@@ -223,6 +223,13 @@ def _list(obj: Mapping[str, Any], key: str, where: str) -> list[Any]:
     return v
 
 
+def _payload(variant: Any, where: str) -> tuple[str, ...]:
+    """A sum variant's payload types; Futhark writes ``[]`` for none, and omits nothing else."""
+    if not isinstance(variant, Mapping) or "payload" not in variant:
+        return ()  # a variant that is no object is refused by its other keys
+    return tuple(_str({"payload": p}, "payload", where) for p in _list(variant, "payload", where))
+
+
 def _ops(raw: Mapping[str, Any], where: str) -> dict[str, str]:
     ops = raw.get("ops", {})
     if not isinstance(ops, Mapping):
@@ -283,7 +290,7 @@ def _parse_type(name: str, raw: Mapping[str, Any]) -> TypeInfo:
             tuple(
                 Variant(
                     _str(v, "name", where),
-                    tuple(_str({"payload": p}, "payload", where) for p in (v.get("payload", []) if isinstance(v, Mapping) else [])),
+                    _payload(v, where),
                     _str(v, "construct", where, _C_NAME),
                     _str(v, "destruct", where, _C_NAME),
                 )
@@ -319,6 +326,7 @@ def _parse_type(name: str, raw: Mapping[str, Any]) -> TypeInfo:
 def _parse_entry(name: str, raw: Mapping[str, Any]) -> EntryInfo:
     where = f"entry point {name!r}"
     inputs = tuple(Input(_str(i, "name", where), _str(i, "type", where), _bool(i, "unique", where)) for i in _list(raw, "inputs", where))
+    _unique([i.name for i in inputs if i.name != "_"], "parameter", where)  # Futhark repeats only the wildcard
     single = False
     if "outputs" in raw:
         outs = _list(raw, "outputs", where)
