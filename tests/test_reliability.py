@@ -393,18 +393,6 @@ def test_fuzzed_manifests_parse_or_raise_manifest_error(lib, data) -> None:
 
 
 @given(data=st.data())
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_fuzzed_sum_and_record_manifests_parse_or_raise_manifest_error(types_lib, data) -> None:
-    """types.fut has sums, records and arrays of records (a variant's payload null was a TypeError)."""
-    raw = json.loads(_manifest_path(types_lib).read_text())
-    mutated = _mutations(data.draw, raw)
-    try:
-        parse_manifest(mutated)
-    except ManifestError:
-        pass
-
-
-@given(data=st.data())
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_fuzzed_manifests_load_or_raise_manifest_error(lib, data, tmp_path_factory) -> None:
     """Loaded against the real library: a ManifestError, or a library whose calls work or raise."""
