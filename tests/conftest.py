@@ -125,6 +125,27 @@ def library_sources(program: str, backends: tuple[str, ...] = ("c", "multicore",
     return params
 
 
+def built_library(program: str, backend: str = "c") -> Path:
+    """build/reference/<backend>/lib<program>.so for a test that needs one backend's library;
+    the test is skipped, saying how to build it, where it is missing."""
+    found = find_build_file(Path("reference") / backend / f"lib{program}.so")
+    if found is None:
+        pytest.skip(f"reference/{backend}/lib{program}.so not built: run `make`")
+    return found
+
+
+def json_paths(node: Any, path: tuple = ()) -> list[tuple]:
+    """The path (keys and indexes) of every value inside a JSON tree, depth first; the edit
+    tests change the value at one of them."""
+    if isinstance(node, dict):
+        items = list(node.items())
+    elif isinstance(node, list):
+        items = list(enumerate(node))
+    else:
+        return []
+    return [p for k, v in items for p in [path + (k,), *json_paths(v, path + (k,))]]
+
+
 @pytest.fixture
 def have_cc() -> str:
     cc = shutil.which("cc") or shutil.which("gcc")

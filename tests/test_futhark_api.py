@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import pybridge.futhark as pf
-from conftest import library_sources
+from conftest import built_library, library_sources
 
 # The library fixture is safe to share between examples: entry points keep no state.
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -114,9 +114,7 @@ def test_multicore_context_closes_after_an_empty_map_nest():
     """Futhark 0.25.32's multicore runtime leaves a subtask queued after a nested map over an empty
     outer dimension and futhark_context_free waited for it forever; pybridge.futhark.csource drops
     it once the workers are joined (make and pybridge build apply it)."""
-    (so,) = [p.values[0] for p in library_sources("types", ("multicore",))]
-    if so is None:
-        pytest.skip("reference/multicore/libtypes.so not built: run `make`")
+    so = built_library("types", "multicore")
     try:
         proc = subprocess.run([sys.executable, "-c", HANG_PROGRAM, str(so)], capture_output=True, text=True, timeout=20)
     except subprocess.TimeoutExpired:

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from pybridge.futhark.header import declarations
 from pybridge.futhark.manifest import ManifestError, parse_manifest
-from conftest import library_sources
+from conftest import built_library, json_paths, library_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ("c", "multicore", "cuda")
@@ -219,20 +219,10 @@ def single_edit(draw, raw: dict) -> dict:
     """One edit of a real manifest: a type name replaced by another, a list reordered, a rank or
     unique flag changed, a key dropped, a value replaced by junk."""
     m = copy.deepcopy(raw)
-    spots: list[tuple[object, object]] = []  # (container, key)
-
-    def walk(node):
-        if isinstance(node, dict):
-            for k in sorted(node):
-                spots.append((node, k))
-                walk(node[k])
-        elif isinstance(node, list):
-            for i in range(len(node)):
-                spots.append((node, i))
-                walk(node[i])
-
-    walk(m)
-    container, key = draw(st.sampled_from(spots))
+    path = draw(st.sampled_from(json_paths(m)))
+    container, key = m, path[-1]
+    for k in path[:-1]:
+        container = container[k]
     value = container[key]  # type: ignore[index]
     action = draw(st.sampled_from(["retype", "reorder", "number", "drop", "junk"]))
     if action == "retype" and isinstance(value, str):
@@ -281,9 +271,7 @@ def test_f16_and_u16_scalars_look_alike_in_the_header() -> None:
     """Why the random edits leave f16 <-> u16 out: Futhark declares both as uint16_t, so the
     header check cannot refuse the edit, and the bits are read as the other type (a sweep of all
     1,460 single type-name edits of types.json on c found these the only wrong answers)."""
-    so = next((p.values[0] for p in library_sources("types", ("c",)) if p.values[0] is not None), None)
-    if so is None:
-        pytest.skip("build/reference/c/libtypes.so not built: run make")
+    so = built_library("types")
     raw = json.loads(so.with_name("types.json").read_text())
     prims = raw["entry_points"]["prims"]
     f16_at = [i for i, r in enumerate(prims["outputs"]) if r["type"] == "f16"]
@@ -326,9 +314,7 @@ def test_deep_nesting_is_a_manifest_error() -> None:
 
 
 def test_opaque_types_without_store_or_restore_are_refused() -> None:
-    so = next((p.values[0] for p in library_sources("types", ("c",)) if p.values[0] is not None), None)
-    if so is None:
-        pytest.skip("build/reference/c/libtypes.so not built: run make")
+    so = built_library("types")
     raw = json.loads(so.with_name("types.json").read_text())
     for op in ("store", "restore"):
         m = copy.deepcopy(raw)

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import pybridge.futhark as pf
-from conftest import library_sources
+from conftest import built_library, json_paths
 from pybridge.futhark.build import futhark_compiler
 from pybridge.futhark.manifest import ManifestError, parse_manifest
 
@@ -340,20 +340,7 @@ def _parse_or_refuse(raw: object, what: str) -> None:
 def _every_single_edit(raw: object):
     """Every copy of ``raw`` with one value replaced by each of a few wrong kinds, or its key
     dropped: exhaustive where a random walk rarely reaches a deep spot (a sum variant's payload)."""
-    spots: list[tuple] = []
-
-    def walk(node, path):
-        if isinstance(node, dict):
-            for k in node:
-                spots.append(path + (k,))
-                walk(node[k], path + (k,))
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                spots.append(path + (i,))
-                walk(v, path + (i,))
-
-    walk(raw, ())
-    for path in spots:
+    for path in json_paths(raw):
         for value in (None, True, 0, -1, 2**63, "", "x", "f64", [], [1], {}, {"name": "x"}, "<drop>"):
             edited = copy.deepcopy(raw)
             node = edited
@@ -371,26 +358,12 @@ def _every_single_edit(raw: object):
 @pytest.mark.parametrize("program", ["types", "wrap"])
 def test_every_single_edit_of_a_manifest_parses_or_raises_manifest_error(program) -> None:
     """types.fut has sums, records and arrays of records (a variant's payload null was a TypeError)."""
-    src = next((p.values[0] for p in library_sources(program, ("c",)) if p.values[0] is not None), None)
-    if src is None:
-        pytest.skip(f"build/reference/c/lib{program}.so not built: run make")
-    raw = json.loads(src.with_name(f"{program}.json").read_text())
+    raw = json.loads(built_library(program).with_name(f"{program}.json").read_text())
     tried = 0
     for path, value, edited in _every_single_edit(raw):
         tried += 1
         _parse_or_refuse(edited, f"{program}.json with {'/'.join(map(str, path))} = {value!r}")
     assert tried > 1000
-
-
-@given(data=st.data())
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_fuzzed_manifests_parse_or_raise_manifest_error(lib, data) -> None:
-    raw = json.loads(_manifest_path(lib).read_text())
-    mutated = _mutations(data.draw, raw)
-    try:
-        parse_manifest(mutated)
-    except ManifestError:
-        pass
 
 
 @given(data=st.data())
