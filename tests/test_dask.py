@@ -396,20 +396,6 @@ def test_import_without_dask_says_how_to_install():
     assert proc.returncode != 0 and "pip install 'pybridge[dask]'" in proc.stderr
 
 
-def test_scaling_benchmark_rows():
-    import argparse
-
-    from pybridge.bench import scaling
-
-    p = argparse.ArgumentParser()
-    scaling.add_arguments(p)
-    rows = scaling.run(p.parse_args(["--workers", "1", "--saxpy-size", "5000", "--matmul-size", "24", "--repeat", "1"]))
-    assert [r["benchmark"] for r in rows] == ["saxpy strong"] * 4 + ["saxpy weak"] * 3 + ["matmul strong"] * 4 + ["matmul weak"] * 3
-    assert all(r["median_us"] > 0 and r["size"] > 0 and r["impl"] for r in rows) and scaling.HELP
-    assert {r["impl"] for r in rows} == {"direct (no Dask, 1 device)", "dask 1 worker", "Dask + NumPy, same graph, 1 worker",
-                                         "Dask alone (blocks passed through), 1 worker"}
-
-
 def test_a_scattered_whole_argument_is_not_shipped_with_each_graph():
     """matmul's whole B given as pbd.scatter(client, b): the graph names a future (a few bytes),
     and every block gets the whole B; as a plain NumPy array it is in the graph itself."""

@@ -1,0 +1,175 @@
+"""What ``pybridge bench scaling`` runs on the workers: one function per (row, implementation), each
+``fn(comm, *blocks)`` for ``pybridge.dask.spmd`` (device blocks on GPU workers, NumPy on CPU ones),
+and the one-device timings ("direct": the same work in one worker, no Dask in the timed loop).
+
+The pybridge implementations go through ``pybridge.dask.blocks.call_entry`` (what every pybridge.dask
+task does: the worker's resident context, blocks in and out without a copy); "peer" is the same
+graph with CuPy (NumPy on CPU) doing the block's work; "floor" is the same graph doing none.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from ..dask.blocks import array_module, call_entry
+
+# ---------------------------------------------------------------- per-rank work
+
+
+def floor(comm: Any, *blocks: Any) -> Any:
+    """Dask's own cost of the graph: the task returns a one-element slice of its first block."""
+    return blocks[0][:1]
+
+
+def saxpy_iter(entry: Any, iters: int, a: float) -> Callable[..., Any]:
+    def run(comm: Any, xs: Any, ys: Any) -> Any:
+        return call_entry(entry, (np.int32(iters), np.float32(a), xs, ys))
+
+    return run
+
+
+def saxpy_iter_peer(iters: int, a: float) -> Callable[..., Any]:
+    def run(comm: Any, xs: Any, ys: Any) -> Any:
+        a32 = np.float32(a)
+        for _ in range(iters):
+            ys = a32 * xs + ys
+        return ys
+
+    return run
+
+
+def make_b(n: int, seed: int) -> Callable[..., Any]:
+    """B of the matmul row, made on rank 0 only (an empty block elsewhere), to be broadcast."""
+
+    def run(comm: Any, a: Any) -> Any:
+        xp = array_module(a)
+        if comm.rank == 0:
+            return xp.random.default_rng(seed).standard_normal((n, n), dtype=np.float32)
+        return xp.empty((0, n), np.float32)
+
+    return run
+
+
+def broadcast_b(n: int) -> Callable[..., Any]:
+    def run(comm: Any, b: Any) -> Any:
+        return comm.broadcast(b if comm.rank == 0 else None, 0, shape=(n, n), dtype=np.float32)
+
+    return run
+
+
+def matmul_futhark(entry: Any) -> Callable[..., Any]:
+    def run(comm: Any, a: Any, b: Any) -> Any:
+        return call_entry(entry, (a, b))
+
+    return run
+
+
+def matmul_peer(comm: Any, a: Any, b: Any) -> Any:
+    return a @ b  # cuBLAS SGEMM on GPUs (CUPY_TF32=0: float32 arithmetic), NumPy's BLAS on CPUs
+
+
+_launchers: Any = None
+
+
+def matmul_kernel(comm: Any, a: Any, b: Any) -> Any:
+    """pybridge's own CUDA matmul (kernels_cu/matmul.cu through pybridge.cuda's host launcher), on
+    the worker's current CuPy stream."""
+    global _launchers
+    import cupy
+
+    from .. import cuda
+
+    if _launchers is None:
+        _launchers = cuda.load_launchers("matmul")
+    m, k = a.shape
+    n = b.shape[1]
+    c = cupy.empty((m, n), np.float32)
+    _launchers.launch_matmul(a, b, c, m, n, k, stream=cupy.cuda.get_current_stream())
+    return c
+
+
+def nbody(entry: Any, steps: int) -> Callable[..., Any]:
+    def run(comm: Any, bodies: Any) -> Any:
+        return call_entry(entry, (np.int32(steps), np.float32(1e-3), np.float32(0.01), bodies))
+
+    return run
+
+
+# ---------------------------------------------------------------- transfers, timed inside the task
+
+
+def _device_sync(x: Any) -> None:
+    if array_module(x) is not np:
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
+
+def p2p_bandwidth(nbytes: int, repeat: int) -> Callable[..., Any]:
+    """Rank 0 sends ``nbytes`` to rank 1 (``exchange``), ``repeat`` times after one warm-up; every
+    rank returns its seconds per transfer (others idle)."""
+
+    def run(comm: Any, block: Any) -> Any:
+        xp = array_module(block)
+        buf = xp.ones(nbytes, np.uint8)
+        out = []
+        for i in range(repeat + 1):
+            _device_sync(buf)
+            t0 = time.perf_counter()
+            if comm.rank == 0:
+                comm.exchange({1: buf}, {})
+            elif comm.rank == 1:
+                comm.exchange({}, {0: ((nbytes,), np.uint8)})
+            if i:
+                out.append(time.perf_counter() - t0)
+        return np.asarray([np.median(out)])
+
+    return run
+
+
+def allreduce_time(count: int, repeat: int) -> Callable[..., Any]:
+    """Seconds of an all-reduce (sum) of ``count`` float32 on every rank (median of ``repeat``)."""
+
+    def run(comm: Any, block: Any) -> Any:
+        xp = array_module(block)
+        x = xp.ones(count, np.float32)
+        out = []
+        for i in range(repeat + 1):
+            _device_sync(x)
+            comm.barrier()
+            t0 = time.perf_counter()
+            comm.allreduce(x)
+            if i:
+                out.append(time.perf_counter() - t0)
+        return np.asarray([np.median(out)])
+
+    return run
+
+
+# ---------------------------------------------------------------- one device, no Dask
+
+
+def direct(fn: Callable[..., Any], make_inputs: Callable[[Any], tuple[Any, ...]], gpu: bool, repeat: int) -> list[float]:
+    """On a worker (submitted as a task): ``fn(Rank(0, 1), *inputs)`` timed as call + device sync,
+    one warm-up, ``repeat`` runs, inputs made there first."""
+    from ..dask.spmd import Rank
+
+    xp: Any = np
+    if gpu:
+        import cupy
+
+        xp = cupy
+    inputs = make_inputs(xp)
+    samples = []
+    for i in range(repeat + 1):
+        t0 = time.perf_counter()
+        out = fn(Rank(0, 1), *inputs)
+        if gpu:
+            xp.cuda.runtime.deviceSynchronize()
+        if i:
+            samples.append(time.perf_counter() - t0)
+        del out
+    return samples

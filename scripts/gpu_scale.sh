@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Issue 32 in ONE device call on nvidia-h100-x4 (4 H100s, NVLink): the topology, the multi-GPU tests,
+# then `pybridge bench scaling --gpus N` (rows B0-B4, sizes, transfers), which writes BENCHMARKS.md's
+# multi-GPU section and the speedup plot. Well under 9 minutes; every step has its own timeout.
+#
+#   bash scripts/gpu_scale.sh            # everything
+#   bash scripts/gpu_scale.sh --quick    # smoke: install, build, two tests, the bench at tiny sizes
+#
+# Comes back in $OUT (at most 8 files): topo.txt, multi-gpu.md (the section), scaling.png,
+# scaling.json, summary.txt and logs.tar.gz (setup, tests, bench stdout/stderr).
+#
+# Prepared on the development machine first (never committed):
+#   make -k futhark FUTHARK_BACKEND=cuda      # the C of build/futhark/cuda (scaleout, matmul, saxpy, ...)
+#   .gpu-wheels (PyCUDA, cffi, ...) and .whl holding, for Python 3.12 x86_64: dask, distributed and their
+#   pure-Python needs (the machine lacks them), plus for the dask-cuda test dask-cuda, nvidia-ml-py, zict,
+#   cuda-core, cuda-bindings, cuda-pathfinder (installed only where the machine has no importable one).
+# Carry: .gpu-wheels .whl build/futhark/cuda (and build/cuda, if built there, to skip nvcc here).
+set -u
+QUICK=${1:-}
+export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=/tmp/pb-cache
+export NCCL_NVLS_ENABLE=0        # NVLink multicast off in this process and every worker it starts
+export CUPY_TF32=0               # cuBLAS in float32 arithmetic, like pybridge's kernel
+REAL_OUT=${OUT:-/tmp/gpu-scale-out}
+LOGS=/tmp/gpu-scale-logs
+mkdir -p "$REAL_OUT" "$LOGS"
+SUMMARY=$REAL_OUT/summary.txt
+say() { echo "$*" | tee -a "$SUMMARY"; }
+step() { say "== $1 (at ${SECONDS}s)"; }
+pack() { tar czf "$REAL_OUT/logs.tar.gz" -C /tmp gpu-scale-logs 2>/dev/null; }
+trap pack EXIT
+
+step "topology"
+nvidia-smi topo -m > "$REAL_OUT/topo.txt" 2>&1; cat "$REAL_OUT/topo.txt"
+nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv,noheader | tee -a "$SUMMARY"
+NGPU=$(nvidia-smi -L | wc -l)
+
+step "install (carried wheels, no network)"
+{
+  source .gpu-wheels/install.sh
+  ECOSYSTEM='/(dask_cuda|nvidia_ml_py|zict|cuda_core|cuda_bindings|cuda_pathfinder)-'
+  python3 -c "import distributed" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile \
+    --target /tmp/gpu-site $(ls .whl/*.whl | grep -vE "$ECOSYSTEM")
+  # dask-cuda and what it imports: the machine's own copy where it has one (numba-cuda brings cuda-*)
+  for pair in zict:zict pynvml:nvidia_ml_py cuda.pathfinder:cuda_pathfinder cuda.bindings:cuda_bindings \
+              cuda.core:cuda_core dask_cuda:dask_cuda; do
+    mod=${pair%%:*}; whl=${pair##*:}
+    PYTHONPATH=/tmp/gpu-site python3 -c "import $mod" 2>/dev/null && continue
+    if ls .whl/$whl-*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-site .whl/$whl-*.whl
+    else
+      echo "no $whl wheel carried: $mod stays missing"
+    fi
+  done
+} > "$LOGS/setup.log" 2>&1
+export PYTHONPATH=$PWD:/tmp/gpu-site${PYTHONPATH:+:$PYTHONPATH}
+python3 - <<'EOF' 2>&1 | tee -a "$SUMMARY"
+import importlib
+for m in ("numpy", "cupy", "cupy.cuda.nccl", "dask", "distributed", "pycuda", "dask_cuda", "pynvml", "matplotlib"):
+    try:
+        mod = importlib.import_module(m)
+        extra = f" nccl available={mod.available}" if m == "cupy.cuda.nccl" else ""
+        print(f"  {m}: {getattr(mod, '__version__', 'ok')}{extra}")
+    except Exception as e:
+        print(f"  {m}: NOT importable ({type(e).__name__}: {str(e)[:150]})")
+EOF
+
+step "build: Futhark cuda libraries from the carried C, pybridge's matmul launcher"
+{
+  timeout 150 make -j16 FUTHARK_BACKEND=cuda FUTHARK=/bin/true \
+    build/futhark/cuda/libscaleout.so build/futhark/cuda/libmatmul.so build/futhark/cuda/libsaxpy.so &
+  [ -e build/cuda/libmatmul.so ] || timeout 150 make -j4 build/cuda/libmatmul.so build/cuda/libmatmul.launchers.json &
+  wait
+} >> "$LOGS/setup.log" 2>&1
+ls -la build/futhark/cuda/libscaleout.so build/futhark/cuda/libmatmul.so build/futhark/cuda/libsaxpy.so build/cuda/libmatmul.so 2>&1 | tee -a "$SUMMARY"
+
+step "dask-cuda's CPU pins on this machine"
+timeout 30 python3 -c "
+import pybridge.dask as pbd
+for g, why in pbd.cpu_affinity_report().items():
+    print(f'  GPU {g}: {why or \"satisfiable: every CPU near it may be used here\"}')
+" 2>&1 | tail -8 | tee -a "$SUMMARY"
+
+step "multi-GPU tests ($NGPU GPUs)"
+if [ "$QUICK" = "--quick" ]; then SEL=(-k "nccl_exchange or blocks_are_made"); else SEL=(); fi
+timeout 200 python3 -m pytest -q -rfEs -p no:cacheprovider -s "${SEL[@]}" tests/gpu/test_dask_multigpu.py > "$LOGS/test_dask_multigpu.log" 2>&1
+say "tests rc=$? $(tail -1 "$LOGS/test_dask_multigpu.log")"
+grep -E "^(FAILED|ERROR|SKIPPED)|dask-cuda CPU pin|^worker " "$LOGS/test_dask_multigpu.log" | cut -c1-300 | head -20 | tee -a "$SUMMARY"
+if [ "$QUICK" != "--quick" ]; then
+  timeout 120 python3 -m pytest -q -rfEs -p no:cacheprovider tests/gpu/test_dask_gpu.py > "$LOGS/test_dask_gpu.log" 2>&1
+  say "one-GPU dask tests rc=$? $(tail -1 "$LOGS/test_dask_gpu.log")"
+fi
+
+step "pybridge bench scaling --gpus $NGPU"
+BENCH=(--gpus "$NGPU" --json "$REAL_OUT/scaling.json" --section "$REAL_OUT/multi-gpu.md" --plot "$REAL_OUT/scaling.png"
+       --topology "$REAL_OUT/topo.txt")
+[ "$QUICK" = "--quick" ] && BENCH+=(--quick)
+timeout 270 python3 -m pybridge bench scaling "${BENCH[@]}" > "$LOGS/bench.out" 2> "$LOGS/bench.err"
+say "bench rc=$?"
+grep -E "^scaling:" "$LOGS/bench.out" | tee -a "$SUMMARY"
+[ -e "$REAL_OUT/multi-gpu.md" ] && sed -n '/\*\*Targets/,/^$/p;/\*\*Targets/,/^\*\*Topology/p' "$REAL_OUT/multi-gpu.md" | head -40 | tee -a "$SUMMARY"
+tail -5 "$LOGS/bench.err" | cut -c1-300
+say "whole run ${SECONDS}s"
