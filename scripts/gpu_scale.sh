@@ -10,7 +10,7 @@
 # scaling.json, summary.txt and logs.tar.gz (setup, tests, bench stdout/stderr).
 #
 # Prepared on the development machine first (never committed):
-#   make -k futhark FUTHARK_BACKEND=cuda      # the C of build/futhark/cuda (scaleout, matmul, saxpy, ...)
+#   make -k futhark FUTHARK_BACKEND=cuda      # the C of build/futhark/cuda (jacobi, matmul, saxpy, mandelbrot, ...)
 #   .gpu-wheels (PyCUDA, cffi, ...) and .whl holding, for Python 3.12 x86_64: dask, distributed and their
 #   pure-Python needs (the machine lacks them), plus for the dask-cuda test dask-cuda, nvidia-ml-py, zict,
 #   cuda-core, cuda-bindings, cuda-pathfinder (installed only where the machine has no importable one).
@@ -67,11 +67,12 @@ EOF
 step "build: Futhark cuda libraries from the carried C, pybridge's matmul launcher"
 {
   timeout 150 make -j16 FUTHARK_BACKEND=cuda FUTHARK=/bin/true \
-    build/futhark/cuda/libscaleout.so build/futhark/cuda/libmatmul.so build/futhark/cuda/libsaxpy.so &
+    build/futhark/cuda/libjacobi.so build/futhark/cuda/libmatmul.so build/futhark/cuda/libsaxpy.so \
+    build/futhark/cuda/libmandelbrot.so &
   [ -e build/cuda/libmatmul.so ] || timeout 150 make -j4 build/cuda/libmatmul.so build/cuda/libmatmul.launchers.json &
   wait
 } >> "$LOGS/setup.log" 2>&1
-ls -la build/futhark/cuda/libscaleout.so build/futhark/cuda/libmatmul.so build/futhark/cuda/libsaxpy.so build/cuda/libmatmul.so 2>&1 | tee -a "$SUMMARY"
+ls build/futhark/cuda/lib{jacobi,matmul,saxpy,mandelbrot}.so build/cuda/libmatmul.so 2>&1 | tee -a "$SUMMARY"
 
 step "dask-cuda's CPU pins on this machine"
 timeout 30 python3 -c "

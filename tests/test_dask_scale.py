@@ -16,33 +16,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-da = pytest.importorskip("dask.array", reason="dask is not installed: pip install '.[dask]'")
-distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
-
-import pybridge.futhark as pf  # noqa: E402
-from pybridge.futhark.build import futhark_compiler  # noqa: E402
+from conftest import dask_and_futhark_or_skip, library_or_source  # noqa: E402
 
 pytestmark = pytest.mark.futhark
-if futhark_compiler() is None:
-    pytest.skip("the Futhark compiler is not installed (scripts/install-futhark.sh or FUTHARK=...)", allow_module_level=True)
+da, distributed = dask_and_futhark_or_skip()
+
+import pybridge.futhark as pf  # noqa: E402
 
 import pybridge.dask as pbd  # noqa: E402
+from pybridge.demo.examples import jacobi_reference  # noqa: E402
 from pybridge.dask.cluster import pin_problems  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SCALEOUT = str(ROOT / "futhark" / "scaleout.fut")
+JACOBI = library_or_source("jacobi")
+SAXPY = library_or_source("saxpy")
 CHUNKY = str(ROOT / "tests" / "programs" / "chunky.fut")
 NWORKERS = 3
-
-
-def jacobi_numpy(g: np.ndarray, steps: int) -> np.ndarray:
-    """The whole grid, one block: the reference the halo version must equal exactly."""
-    g = g.copy()
-    for _ in range(steps):
-        new = g.copy()
-        new[1:-1, 1:-1] = np.float32(0.25) * (g[:-2, 1:-1] + g[2:, 1:-1] + g[1:-1, :-2] + g[1:-1, 2:])
-        g = new
-    return g
 
 
 @pytest.fixture(scope="module")
@@ -124,15 +113,15 @@ def test_exchange_allreduce_broadcast_match_numpy(client, comms):
 def test_jacobi_with_halos_equals_the_whole_grid(client, comms, rows, steps, depth):
     m = 7
     g = pbd.random((sum(rows), m), chunks=(rows, m), seed=sum(rows), distribution="random")
-    jac = pbd.entry(SCALEOUT, "jacobi", backend="c")
+    jac = pbd.entry(JACOBI, "jacobi", backend="c")
     got = pbd.halo_map(jac, np.int32(steps), g, depth=depth, comms=comms).compute()
-    np.testing.assert_array_equal(got, jacobi_numpy(g.compute(), steps))
+    np.testing.assert_array_equal(got, jacobi_reference(steps, g.compute()))
 
 
 def test_wrong_chunking_is_refused_before_any_task(client, comms):
     before = set(client.run_on_scheduler(scheduler_keys))
     lazy = da.ones((12, 4), chunks=(2, 4), dtype=np.float32)  # 6 blocks for 3 workers
-    jac = pbd.entry(SCALEOUT, "jacobi", backend="c")
+    jac = pbd.entry(JACOBI, "jacobi", backend="c")
     with pytest.raises(ValueError, match=r"argument 1 has chunks .* one block per worker: 3 along axis 0.*rechunk\(\(4, -1,\)\)"):
         pbd.halo_map(jac, np.int32(1), lazy, depth=1, comms=comms)
     with pytest.raises(ValueError, match="1 along any other"):
@@ -177,12 +166,12 @@ def test_comm_outside_a_task_and_bad_peers_are_clear_errors(client, comms):
 
 
 def test_plugin_loads_libraries_once_and_teardown_closes_them(client):
-    saxpy = pbd.entry(SCALEOUT, "saxpy_iter", backend="c")
+    saxpy = pbd.entry(SAXPY, "saxpy_iter", backend="c")
     client.run(pbd.close_all)
     client.register_plugin(pbd.PybridgeWorker([saxpy]))
     try:
         state = client.run(pbd.worker_state)
-        assert all(s["contexts_created"] >= 1 and any(k.startswith("libscaleout") for k in s["libraries"]) for s in state.values())
+        assert all(s["contexts_created"] >= 1 and any(k.startswith("libsaxpy") for k in s["libraries"]) for s in state.values())
         made = {w: s["contexts_created"] for w, s in state.items()}
         x = pbd.random((NWORKERS * 8,), chunks=8, seed=2)
         out = pbd.map_blocks(saxpy, np.int32(3), np.float32(2.0), x, x)
@@ -267,7 +256,7 @@ def test_scaling_benchmark_rows_section_and_plot(tmp_path):
 
     p = argparse.ArgumentParser()
     scaling.add_arguments(p)
-    args = p.parse_args(["--workers", "1,2", "--rows", "B0,B2,B3", "--section", str(tmp_path / "s.md"),
+    args = p.parse_args(["--workers", "2", "--rows", "B0,B2,B3", "--section", str(tmp_path / "s.md"),
                          "--plot", str(tmp_path / "s.png")])
     args.quick = True
     rows = scaling.run(args)

@@ -15,7 +15,7 @@ broadcast move GPU to GPU over NCCL (``pbd.Comms``; TCP between CPU workers).
 Rows (targets from issue 32): B0 no-op graphs (fixed and per-task cost, pybridge vs plain Dask),
 saxpy strong (one pass through ``pbd.map_blocks``: where distributing does not pay), B1 saxpy x100
 weak, B2 Jacobi weak with halos, B3 matmul strong (B broadcast timed apart; pybridge's CUDA kernel,
-Futhark's, cuBLAS), B4 n-body weak, size rows, and transfers (NCCL send/recv between two GPUs, NCCL
+Futhark's, cuBLAS), B4 Mandelbrot frames weak, size rows, and transfers (NCCL send/recv between two GPUs, NCCL
 all-reduce bus bandwidth). Each row group has "Dask alone" (the same graph, no work: Dask's floor)
 and, where one exists, "Dask + CuPy" (the same graph, CuPy doing the work).
 """
@@ -32,6 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import scaling_tasks as tasks
+from .scaling_report import EFFICIENCY, SPEEDUP, TARGETS
 from .common import show
 from .timing import summarize
 
@@ -39,16 +40,6 @@ HELP = "pybridge.dask over 1..N GPUs / CPU workers: issue 32's rows B0-B4, sizes
 
 _ROOT = Path(__file__).resolve().parents[2]
 ROWS = ("B0", "saxpy", "B1", "B2", "B3", "B4", "size", "transfers")
-TARGETS = {
-    "B0": "fixed ≤ 10 ms; per task ≤ 1 ms; pybridge ≤ 1.1× plain Dask",
-    "B1": "efficiency ≥ 0.95 at 2 GPUs, ≥ 0.90 at 4",
-    "B2": "efficiency ≥ 0.90 at 4 GPUs",
-    "B3": "≥ 1.9× at 2 GPUs, ≥ 3.5× at 4; kernel ≤ 1.3× Dask + CuPy (cuBLAS) at every count",
-    "B4": "efficiency ≥ 0.90 at 4 GPUs",
-    "size": "completes, each configuration under a minute",
-}
-EFFICIENCY = {"B1": {2: 0.95, 4: 0.90}, "B2": {4: 0.90}, "B4": {4: 0.90}}
-SPEEDUP = {2: 1.9, 4: 3.5}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,8 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jacobi-size", type=int, default=None, help="B2 rows = columns per worker (default 16384 GPU)")
     p.add_argument("--steps", type=int, default=100, help="B2 Jacobi steps per task = halo depth (default 100)")
     p.add_argument("--matmul-size", type=int, default=None, help="B3 n of the n x n product (default 16384 GPU)")
-    p.add_argument("--nbody-size", type=int, default=None, help="B4 bodies per worker (default 32768 GPU)")
-    p.add_argument("--nbody-steps", type=int, default=None, help="B4 steps per task (default 40 GPU)")
+    p.add_argument("--frame-size", type=int, default=None, help="B4 Mandelbrot frame side per worker (default 8192 GPU)")
+    p.add_argument("--max-iter", type=int, default=None, help="B4 Mandelbrot iterations (default 2000 GPU)")
     p.add_argument("--size-rows", default=None, help="size rows: strong,weak totals (default 2**30,2**32 GPU)")
     p.add_argument("--section", metavar="FILE", help="write the multi-GPU section of BENCHMARKS.md (markdown) here")
     p.add_argument("--plot", metavar="FILE", help="draw speedup against GPU count, with the ideal line (PNG)")
@@ -105,8 +96,8 @@ class Setup:
             "jacobi": pick(args.jacobi_size, 16384, 512, 24),
             "steps": args.steps if not q else min(args.steps, 3),
             "matmul": pick(args.matmul_size, 16384, 256, 32),
-            "nbody": pick(args.nbody_size, 32768, 1024, 16),
-            "nbody_steps": pick(args.nbody_steps, 40, 2, 1),
+            "frame": pick(args.frame_size, 8192, 256, 16),
+            "max_iter": pick(args.max_iter, 2000, 100, 10),
             "tasks": [int(t) for t in str(args.tasks).split(",")] if not q else [2, 8],
             "b0_block": 1024,
             "single": 2**28 if g else 2**20 if not q else 2**12,
@@ -116,10 +107,9 @@ class Setup:
         cfg = {"unified_memory": 0} if self.backend == "cuda" else {}
         import pybridge.dask as pbd
 
-        lib = _library("scaleout", self.backend)
-        self.entries = {name: pbd.entry(lib, name, backend=self.backend, **cfg) for name in ("count", "saxpy_iter", "jacobi", "nbody")}
-        self.entries["matmul"] = pbd.entry(_library("matmul", self.backend), "matmul", backend=self.backend, **cfg)
-        self.entries["saxpy"] = pbd.entry(_library("saxpy", self.backend), "saxpy", backend=self.backend, **cfg)
+        self.entries = {name: pbd.entry(_library(prog, self.backend), name, backend=self.backend, **cfg)
+                        for prog, name in (("saxpy", "saxpy"), ("saxpy", "saxpy_iter"), ("jacobi", "jacobi"),
+                                           ("matmul", "matmul"), ("mandelbrot", "mandelbrot"))}
         self.transport = args.transport
         self.cluster_kind = args.cluster
         self.notes: list[str] = []
@@ -174,6 +164,10 @@ def _row(group: str, impl: str, size: Any, k: int, samples: list[float] | None, 
     return r
 
 
+def _first(x: Any, y: Any) -> Any:
+    return x
+
+
 def _med(samples: list[float]) -> float:
     return float(np.median(samples))
 
@@ -182,18 +176,22 @@ def _med(samples: list[float]) -> float:
 
 
 def _b0(s: Setup, client: Any, timer: Timer, ws: list[str]) -> list[dict[str, Any]]:
-    """No-op graphs of T tasks on resident blocks: pbd.map_blocks(count) vs x.map_blocks(b[:1])."""
+    """Graphs of T tasks doing (almost) nothing on resident blocks of 1024 elements: pybridge's
+    saxpy per block against plain Dask's same graph passing a block through."""
+    import dask.array as da
+
     import pybridge.dask as pbd
 
     rows, fits = [], {}
     times: dict[str, dict[int, float]] = {"pybridge": {}, "plain Dask": {}}
     k = len(ws)
+    a = np.float32(2.0)
     for t in s.sizes["tasks"]:
         b = s.sizes["b0_block"]
         x = pbd.random((t * b,), chunks=b, seed=t, device=s.gpu, workers=ws)
         graphs = {
-            "pybridge": lambda: client.persist(pbd.map_blocks(s.entries["count"], x), optimize_graph=False),
-            "plain Dask": lambda: client.persist(x.map_blocks(lambda blk: blk[:1], chunks=((1,) * t,)), optimize_graph=False),
+            "pybridge": lambda: client.persist(pbd.map_blocks(s.entries["saxpy"], a, x, x), optimize_graph=False),
+            "plain Dask": lambda: client.persist(da.map_blocks(_first, x, x, dtype=x.dtype), optimize_graph=False),
         }
         for impl, make in graphs.items():
             sm = timer.samples(make, ws)
@@ -480,17 +478,20 @@ def _group_b3(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]]) -
 
 
 def _group_b4(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]]) -> list[dict[str, Any]]:
+    """Independent batches of a real program: each GPU renders its own frame of futhark/mandelbrot.fut
+    (the classic view, shifted by a hundredth of a pixel per frame: the same work, another image)."""
     import pybridge.dask as pbd
 
-    n, steps = s.sizes["nbody"], s.sizes["nbody_steps"]
+    side, iters = s.sizes["frame"], s.sizes["max_iter"]
 
     def inputs(ws: list[str], comms: Any) -> tuple[Any, ...]:
-        return (pbd.random((n * len(ws), 7), chunks=(n, 7), seed=7, distribution="random", device=s.gpu, workers=ws),)
+        return (pbd.from_function(lambda b, xp: xp.full(b.shape, b.index[0], np.int32), (len(ws),), chunks=1,
+                                  dtype=np.int32, device=s.gpu, workers=ws),)
 
-    impls = {"pybridge": tasks.nbody(s.entries["nbody"], steps), "Dask alone (same graph, no work)": tasks.floor}
-    rows = _spmd_rows("B4 weak n-body", s, client, timer, counts_ws, inputs, impls, {"pybridge": impls["pybridge"]},
-                      lambda xp: (xp.ones((n, 7), np.float32),), f"{n} bodies × {steps} steps", weak=True)
-    _judge(rows, "B4 weak n-body", "B4")
+    impls = {"pybridge": tasks.mandelbrot_frame(s.entries["mandelbrot"], side, iters), "Dask alone (same graph, no work)": tasks.floor}
+    rows = _spmd_rows("B4 weak Mandelbrot frames", s, client, timer, counts_ws, inputs, impls, {"pybridge": impls["pybridge"]},
+                      lambda xp: (xp.zeros(1, np.int32),), f"{side}² × {iters} iterations", weak=True)
+    _judge(rows, "B4 weak Mandelbrot frames", "B4")
     return rows
 
 

@@ -91,9 +91,13 @@ def matmul_kernel(comm: Any, a: Any, b: Any) -> Any:
     return c
 
 
-def nbody(entry: Any, steps: int) -> Callable[..., Any]:
-    def run(comm: Any, bodies: Any) -> Any:
-        return call_entry(entry, (np.int32(steps), np.float32(1e-3), np.float32(0.01), bodies))
+def mandelbrot_frame(entry: Any, side: int, max_iter: int) -> Callable[..., Any]:
+    """Rank r's frame: the view [-2.25, 0.75] x [-1.5, 1.5] shifted by r/100 of a pixel."""
+    d = np.float32(3.0 / side)
+
+    def run(comm: Any, frame: Any) -> Any:
+        x0 = np.float32(-2.25 + comm.rank * float(d) / 100)
+        return call_entry(entry, (np.int64(side), np.int64(side), x0, np.float32(-1.5), d, d, np.int32(max_iter)))
 
     return run
 
@@ -108,43 +112,38 @@ def _device_sync(x: Any) -> None:
         cupy.cuda.get_current_stream().synchronize()
 
 
+def _median_seconds(step: Callable[[], Any], on: Any, repeat: int, before: Callable[[], Any] | None = None) -> Any:
+    """Median seconds of ``step()`` over ``repeat`` runs after one warm-up (the device idle first)."""
+    out = []
+    for i in range(repeat + 1):
+        _device_sync(on)
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        step()
+        if i:
+            out.append(time.perf_counter() - t0)
+    return np.asarray([np.median(out)])
+
+
 def p2p_bandwidth(nbytes: int, repeat: int) -> Callable[..., Any]:
-    """Rank 0 sends ``nbytes`` to rank 1 (``exchange``), ``repeat`` times after one warm-up; every
-    rank returns its seconds per transfer (others idle)."""
+    """Rank 0 sends ``nbytes`` to rank 1 (``exchange``); every rank returns seconds per transfer."""
 
     def run(comm: Any, block: Any) -> Any:
-        xp = array_module(block)
-        buf = xp.ones(nbytes, np.uint8)
-        out = []
-        for i in range(repeat + 1):
-            _device_sync(buf)
-            t0 = time.perf_counter()
-            if comm.rank == 0:
-                comm.exchange({1: buf}, {})
-            elif comm.rank == 1:
-                comm.exchange({}, {0: ((nbytes,), np.uint8)})
-            if i:
-                out.append(time.perf_counter() - t0)
-        return np.asarray([np.median(out)])
+        buf = array_module(block).ones(nbytes, np.uint8)
+        sends = {1: buf} if comm.rank == 0 else {}
+        recvs = {0: ((nbytes,), np.uint8)} if comm.rank == 1 else {}
+        return _median_seconds(lambda: comm.exchange(sends, recvs), buf, repeat)
 
     return run
 
 
 def allreduce_time(count: int, repeat: int) -> Callable[..., Any]:
-    """Seconds of an all-reduce (sum) of ``count`` float32 on every rank (median of ``repeat``)."""
+    """Seconds of an all-reduce (sum) of ``count`` float32 on every rank, ranks lined up first."""
 
     def run(comm: Any, block: Any) -> Any:
-        xp = array_module(block)
-        x = xp.ones(count, np.float32)
-        out = []
-        for i in range(repeat + 1):
-            _device_sync(x)
-            comm.barrier()
-            t0 = time.perf_counter()
-            comm.allreduce(x)
-            if i:
-                out.append(time.perf_counter() - t0)
-        return np.asarray([np.median(out)])
+        x = array_module(block).ones(count, np.float32)
+        return _median_seconds(lambda: comm.allreduce(x), x, repeat, before=comm.barrier)
 
     return run
 

@@ -1,4 +1,4 @@
-"""The NCCL transport of :mod:`pybridge.dask.comms`: CuPy's ``cupy.cuda.nccl`` on device arrays.
+"""The NCCL transport of :mod:`pybridge.dask.comms` (the host one is :mod:`.transport`): CuPy's ``cupy.cuda.nccl`` on device arrays.
 
 Every call queues its NCCL work on the calling thread's current CuPy stream (so it follows the
 kernels that made its inputs, Futhark's included: their CuPy views make that stream wait) and then
@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .comms import Communicator, CommsError, CommsTimeoutError
+from .transport import CommsError, CommsTimeoutError, Communicator
 from .workers import DEVICE_ENV, device_ordinal
 
 _REDUCE_TYPES = {

@@ -1,6 +1,6 @@
 """Per-worker state that lives as long as the worker: libraries loaded once, closed at the end.
 
-    client.register_plugin(pbd.PybridgeWorker([saxpy, pbd.entry("scaleout", "jacobi")]))
+    client.register_plugin(pbd.PybridgeWorker([saxpy, pbd.entry("jacobi", "jacobi")]))
 
 ``setup`` (on every worker, and on every worker that joins later, a replacement included) loads
 each named library into the worker's context cache (``workers.worker_slot``: one context per

@@ -3,7 +3,7 @@ exchange GPU to GPU, blocks made on and kept on each GPU, the worker plugin, das
 LocalCUDACluster, and failures (one GPU out of memory, a worker killed mid-graph, a peer that
 never answers). Each test needs 2 or 4 GPUs and skips with the reason on fewer. The CPU versions of
 the same logic are tests/test_dask_scale.py. Needs CuPy with NCCL, dask + distributed and the cuda
-libraries (`make futhark FUTHARK_BACKEND=cuda`: scaleout, matmul, saxpy).
+libraries (`make futhark FUTHARK_BACKEND=cuda`: jacobi, matmul, saxpy).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ if GPU_OK:
     distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
 
 import pybridge.dask as pbd  # noqa: E402
+from pybridge.demo.examples import jacobi_reference  # noqa: E402
 import pybridge.futhark as pf  # noqa: E402
 from pybridge.paths import find_build_file  # noqa: E402
 
@@ -45,15 +46,6 @@ def cuda_entry(prog: str, name: str):
     if so is None:
         pytest.skip(f"build/futhark/cuda/lib{prog}.so not built: make futhark FUTHARK_BACKEND=cuda")
     return pbd.entry(str(so), name, backend="cuda", unified_memory=0)  # plain device memory: no paging
-
-
-def jacobi_numpy(g: np.ndarray, steps: int) -> np.ndarray:
-    g = g.copy()
-    for _ in range(steps):
-        new = g.copy()
-        new[1:-1, 1:-1] = np.float32(0.25) * (g[:-2, 1:-1] + g[2:, 1:-1] + g[1:-1, :-2] + g[1:-1, 2:])
-        g = new
-    return g
 
 
 @pytest.fixture(scope="module")
@@ -111,19 +103,19 @@ def test_blocks_are_made_on_their_own_gpu_and_stay_there(client, k):
 @pytest.mark.parametrize("k", [2, 4])
 def test_jacobi_halos_over_nccl_equal_the_whole_grid(client, k):
     ws = workers(client, k)
-    jac = cuda_entry("scaleout", "jacobi")
+    jac = cuda_entry("jacobi", "jacobi")
     rows, m, steps = 64, 48, 10
     g = pbd.random((k * rows, m), chunks=(rows, m), seed=11, distribution="random", device=True, workers=ws)
     with pbd.Comms(client, workers=ws, transport="nccl") as comms:
         out = pbd.halo_map(jac, np.int32(steps), g, depth=steps, comms=comms)
         assert isinstance(out._meta, cupy.ndarray)
         got = pbd.to_host(out).compute()
-    np.testing.assert_allclose(got, jacobi_numpy(pbd.to_host(g).compute(), steps), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, jacobi_reference(steps, pbd.to_host(g).compute()), rtol=1e-6, atol=1e-6)
 
 
 def test_plugin_loads_once_per_gpu_and_tasks_reuse_it(client):
     ws = workers(client, 2)
-    saxpy = cuda_entry("scaleout", "saxpy_iter")
+    saxpy = cuda_entry("saxpy", "saxpy_iter")
     client.run(pbd.close_all)
     client.register_plugin(pbd.PybridgeWorker([saxpy]))
     try:
@@ -160,7 +152,7 @@ def test_one_gpu_out_of_memory_names_the_block_and_worker(client):
 
 def test_a_gpu_worker_killed_mid_graph_is_replaced_and_the_result_is_right():
     need(2)
-    jac = cuda_entry("scaleout", "jacobi")
+    jac = cuda_entry("jacobi", "jacobi")
     with pbd.local_cluster(devices=[0, 1], threads_per_worker=1) as cluster, distributed.Client(cluster) as c:
         g = pbd.random((24 * 1024, 1024), chunks=(1024, 1024), seed=5, distribution="random", device=True)
         graph = pbd.map_blocks(jac, np.int32(20_000), g)  # each block ~0.2 s: the kill lands mid-graph
@@ -181,7 +173,7 @@ def test_a_gpu_worker_killed_mid_graph_is_replaced_and_the_result_is_right():
 def test_dask_cuda_local_cuda_cluster_runs_pybridge_and_reports_pins(capsys):
     need(2)
     dask_cuda = pytest.importorskip("dask_cuda", reason="dask-cuda is not installed (pip install dask-cuda nvidia-ml-py)")
-    jac = cuda_entry("scaleout", "jacobi")
+    jac = cuda_entry("jacobi", "jacobi")
     with dask_cuda.LocalCUDACluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as c:
         ws = pbd.placement.worker_order(c)
@@ -189,7 +181,7 @@ def test_dask_cuda_local_cuda_cluster_runs_pybridge_and_reports_pins(capsys):
         g = pbd.random((2 * 64, 40), chunks=(64, 40), seed=3, distribution="random", device=True)
         with pbd.Comms(c, transport="nccl") as comms:
             got = pbd.to_host(pbd.halo_map(jac, np.int32(6), g, depth=6, comms=comms)).compute()
-        np.testing.assert_allclose(got, jacobi_numpy(pbd.to_host(g).compute(), 6), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(got, jacobi_reference(6, pbd.to_host(g).compute()), rtol=1e-6, atol=1e-6)
         pinned = c.run(lambda: sorted(os.sched_getaffinity(0)))
     report = pbd.cpu_affinity_report()
     with capsys.disabled():
