@@ -6,8 +6,8 @@
 #   bash scripts/gpu_scale.sh            # everything
 #   bash scripts/gpu_scale.sh --quick    # smoke: install, build, two tests, the bench at tiny sizes
 #
-# Comes back in $OUT (at most 8 files): topo.txt, multi-gpu.md (the section), scaling.png,
-# scaling.json, summary.txt and logs.tar.gz (setup, tests, bench stdout/stderr).
+# Comes back in $OUT (at most 8 files): topo.txt, multi-gpu.md (the section) and multi-gpu.json (its
+# rows), scaling.png, scaling.json, summary.txt and logs.tar.gz (setup, tests, bench stdout/stderr).
 #
 # Prepared on the development machine first (never committed):
 #   make -k futhark FUTHARK_BACKEND=cuda      # the C of build/futhark/cuda (jacobi, matmul, saxpy, mandelbrot, ...)
@@ -100,4 +100,6 @@ say "bench rc=$?"
 grep -E "^scaling:" "$LOGS/bench.out" | tee -a "$SUMMARY"
 [ -e "$REAL_OUT/multi-gpu.md" ] && sed -n '/\*\*Targets/,/^$/p;/\*\*Targets/,/^\*\*Topology/p' "$REAL_OUT/multi-gpu.md" | head -40 | tee -a "$SUMMARY"
 tail -5 "$LOGS/bench.err" | cut -c1-300
+[ -e "$REAL_OUT/scaling.png" ] || say "no plot here (matplotlib missing?): draw it from the rows with
+  python -m pybridge.bench.scaling_report multi-gpu.json --section multi-gpu.md --plot scaling.png"
 say "whole run ${SECONDS}s"

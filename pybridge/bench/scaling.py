@@ -164,6 +164,11 @@ def _row(group: str, impl: str, size: Any, k: int, samples: list[float] | None, 
     return r
 
 
+def _unit(s: Setup, k: int) -> str:
+    """"1 GPU", "4 GPUs", "2 workers": how row labels count (issue 23's "dask 1 GPU" included)."""
+    return f"{k} {'GPU' if s.gpu else 'worker'}{'s' if k > 1 else ''}"
+
+
 def _first(x: Any, y: Any) -> Any:
     return x
 
@@ -228,7 +233,7 @@ def _spmd_rows(group: str, s: Setup, client: Any, timer: Timer, counts_ws: list[
         fut = client.submit(tasks.direct, fn, direct_inputs, s.gpu, s.repeat, workers=[counts_ws[0][0]], pure=False)
         sm = fut.result()
         base[impl] = _med(sm)
-        rows.append(_row(group, f"direct {impl} (1 {'GPU' if s.gpu else 'worker'}, no Dask)", size, 1, sm))
+        rows.append(_row(group, f"direct {impl} ({_unit(s, 1)}, no Dask)", size, 1, sm))
     for ws in counts_ws:
         k = len(ws)
         comms = pbd.Comms(client, workers=ws, transport=s.transport).init()
@@ -248,7 +253,7 @@ def _spmd_rows(group: str, s: Setup, client: Any, timer: Timer, counts_ws: list[
                         extra["speedup"] = ref / t
                 if work_bytes:
                     extra["GB/s"] = k ** (1 if weak else 0) * work_bytes / t / 1e9
-                rows.append(_row(group, f"{impl}, {k} {'GPU' if s.gpu else 'worker'}{'s' if k > 1 else ''}", size, k, sm, **extra))
+                rows.append(_row(group, f"{impl}, {_unit(s, k)}", size, k, sm, **extra))
             del inputs
         finally:
             comms.destroy()
@@ -317,16 +322,10 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "gpu": s.gpu, "counts": s.counts, "seconds": time.perf_counter() - started}
         if s.gpu:
             meta["affinity"] = _affinity()
-    if args.section:
-        from .scaling_report import write_section
+    from .scaling_report import write_outputs
 
-        write_section(args.section, rows, meta, args.topology, args.plot)
-    if args.plot:
-        from .scaling_report import write_plot
-
-        problem = write_plot(args.plot, rows)
-        if problem:
-            show(problem)
+    for problem in write_outputs(rows, meta, args.section, args.plot, args.topology):
+        show(problem)
     return rows
 
 
@@ -373,7 +372,7 @@ def _group_saxpy(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]]
                       lambda xp: (xp.ones(n, np.float32), xp.ones(n, np.float32)), n, weak=False, make_graph=graph)
     for r in rows:  # issue 23's labels, which BENCHMARKS.md's one-GPU targets read
         if r["impl"].startswith("pybridge, "):
-            r["impl"] = f"dask {r['workers']} {'GPU' if s.gpu else 'worker'}{'s' if r['workers'] > 1 else ''}"
+            r["impl"] = f"dask {_unit(s, r['workers'])}"
         elif r["impl"].startswith("direct"):
             r["impl"] = "direct (no Dask, 1 device)"
         r["speedup_vs_direct"] = r.get("speedup")
@@ -447,7 +446,7 @@ def _group_b3(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]]) -
         wait(futures_of(b0))
         # B's broadcast, timed apart from the product: rank 0's B to every GPU (NCCL: over NVLink)
         sm = timer.samples(lambda: pbd.spmd(tasks.broadcast_b(n), b0, comms=comms, chunks=((n,) * k, (n,))), ws)
-        bcast.append(_row("B3 broadcast of B", f"{comms.transport} broadcast, {k} {'GPU' if s.gpu else 'worker'}s",
+        bcast.append(_row("B3 broadcast of B", f"{comms.transport} broadcast, {_unit(s, k)}",
                           f"{n}²", k, sm, **{"GB/s": 4.0 * n * n / _med(sm) / 1e9}))
         bs = pbd.spmd(tasks.broadcast_b(n), b0, comms=comms, chunks=((n,) * k, (n,)))
         wait(futures_of(bs))
@@ -516,7 +515,7 @@ def _group_size(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]])
             comms.destroy()
         del x, y
         wall = time.perf_counter() - t0
-        rows.append(_row("size saxpy", f"pybridge {mode}, {total} elements over {k} {'GPU' if s.gpu else 'worker'}s", total, k, sm,
+        rows.append(_row("size saxpy", f"pybridge {mode}, {total} elements over {_unit(s, k)}", total, k, sm,
                          **{"GB/s": 12.0 * total / _med(sm) / 1e9, "configuration_s": wall, "target": TARGETS["size"],
                             "met": bool(wall < 60)}))
     return rows
@@ -531,7 +530,7 @@ def _group_transfers(s: Setup, client: Any, timer: Timer, counts_ws: list[list[s
     rows = []
     nbytes = 2**30 if s.gpu else 2**24
     big = counts_ws[-1]
-    for ws in ([big[:2]] if len(big) >= 2 else []) + [big]:
+    for ws in ([big[:2]] if len(big) > 2 else []) + [big]:  # send/recv between two; all-reduce over two and all
         k = len(ws)
         comms = pbd.Comms(client, workers=ws, transport=s.transport).init()
         try:

@@ -1,9 +1,15 @@
 """``pybridge bench scaling``'s outputs beside the table: BENCHMARKS.md's multi-GPU section
 (markdown: every target with its figure, the protocol, the topology, every row) and the plot of
-speedup against GPU count with the ideal line."""
+speedup against GPU count with the ideal line. ``--section FILE`` also keeps the rows in
+``FILE.json``, from which both are made again elsewhere (a machine with matplotlib)::
+
+    python -m pybridge.bench.scaling_report multi-gpu.json --section multi-gpu.md --plot scaling.png
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +54,8 @@ def target_lines(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def write_section(path: str, rows: list[dict[str, Any]], meta: dict[str, Any], topology: str | None,
-                  plot: str | None) -> None:
-    topo = Path(topology).read_text().rstrip() if topology and Path(topology).exists() else "(not given: --topology FILE)"
+def write_section(path: str, rows: list[dict[str, Any]], meta: dict[str, Any], plot: str | None) -> None:
+    topo = str(meta.get("topology") or "(not given: --topology FILE)").rstrip()
     counts = meta.get("counts", [])
     unit = "GPUs" if meta.get("gpu") else "CPU workers"
     lines = [
@@ -120,3 +125,36 @@ def write_plot(path: str, rows: list[dict[str, Any]]) -> str | None:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return None
+
+
+def write_outputs(rows: list[dict[str, Any]], meta: dict[str, Any], section: str | None, plot: str | None,
+                  topology: str | None) -> list[str]:
+    """The section (and its rows as JSON beside it) and the plot, as asked; the problems met."""
+    problems = []
+    if plot:
+        problem = write_plot(plot, rows)
+        if problem:
+            problems.append(problem)
+            plot = None
+    if section:
+        if topology and Path(topology).exists():
+            meta = {**meta, "topology": Path(topology).read_text()}
+        Path(section).with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str) + "\n")
+        write_section(section, rows, meta, plot)
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pybridge.bench.scaling_report", description=__doc__.splitlines()[0])
+    p.add_argument("rows", help="the JSON that --section wrote beside the section")
+    p.add_argument("--section", metavar="FILE")
+    p.add_argument("--plot", metavar="FILE")
+    a = p.parse_args(argv)
+    data = json.loads(Path(a.rows).read_text())
+    for problem in write_outputs(data["rows"], data["meta"], a.section, a.plot, None):
+        print(problem)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
