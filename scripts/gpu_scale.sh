@@ -66,10 +66,10 @@ EOF
 
 step "build: Futhark cuda libraries from the carried C, pybridge's matmul launcher"
 {
-  timeout 150 make -j16 FUTHARK_BACKEND=cuda FUTHARK=/bin/true \
+  timeout 100 make -j16 FUTHARK_BACKEND=cuda FUTHARK=/bin/true \
     build/futhark/cuda/libjacobi.so build/futhark/cuda/libmatmul.so build/futhark/cuda/libsaxpy.so \
     build/futhark/cuda/libmandelbrot.so &
-  [ -e build/cuda/libmatmul.so ] || timeout 150 make -j4 build/cuda/libmatmul.so build/cuda/libmatmul.launchers.json &
+  [ -e build/cuda/libmatmul.so ] || timeout 100 make -j4 build/cuda/libmatmul.so build/cuda/libmatmul.launchers.json &
   wait
 } >> "$LOGS/setup.log" 2>&1
 ls build/futhark/cuda/lib{jacobi,matmul,saxpy,mandelbrot}.so build/cuda/libmatmul.so 2>&1 | tee -a "$SUMMARY"
@@ -83,11 +83,11 @@ for g, why in pbd.cpu_affinity_report().items():
 
 step "multi-GPU tests ($NGPU GPUs)"
 if [ "$QUICK" = "--quick" ]; then SEL=(-k "nccl_exchange or blocks_are_made"); else SEL=(); fi
-timeout 200 python3 -m pytest -q -rfEs -p no:cacheprovider -s "${SEL[@]}" tests/gpu/test_dask_multigpu.py > "$LOGS/test_dask_multigpu.log" 2>&1
+timeout 150 python3 -m pytest -q -rfEs -p no:cacheprovider -s "${SEL[@]}" tests/gpu/test_dask_multigpu.py > "$LOGS/test_dask_multigpu.log" 2>&1
 say "tests rc=$? $(tail -1 "$LOGS/test_dask_multigpu.log")"
 grep -E "^(FAILED|ERROR|SKIPPED)|dask-cuda CPU pin|^worker " "$LOGS/test_dask_multigpu.log" | cut -c1-300 | head -20 | tee -a "$SUMMARY"
 if [ "$QUICK" != "--quick" ]; then
-  timeout 120 python3 -m pytest -q -rfEs -p no:cacheprovider tests/gpu/test_dask_gpu.py > "$LOGS/test_dask_gpu.log" 2>&1
+  timeout 80 python3 -m pytest -q -rfEs -p no:cacheprovider tests/gpu/test_dask_gpu.py > "$LOGS/test_dask_gpu.log" 2>&1
   say "one-GPU dask tests rc=$? $(tail -1 "$LOGS/test_dask_gpu.log")"
 fi
 
@@ -95,7 +95,7 @@ step "pybridge bench scaling --gpus $NGPU"
 BENCH=(--gpus "$NGPU" --json "$REAL_OUT/scaling.json" --section "$REAL_OUT/multi-gpu.md" --plot "$REAL_OUT/scaling.png"
        --topology "$REAL_OUT/topo.txt")
 [ "$QUICK" = "--quick" ] && BENCH+=(--quick)
-timeout 270 python3 -m pybridge bench scaling "${BENCH[@]}" > "$LOGS/bench.out" 2> "$LOGS/bench.err"
+timeout 200 python3 -m pybridge bench scaling "${BENCH[@]}" > "$LOGS/bench.out" 2> "$LOGS/bench.err"
 say "bench rc=$?"
 grep -E "^scaling:" "$LOGS/bench.out" | tee -a "$SUMMARY"
 [ -e "$REAL_OUT/multi-gpu.md" ] && sed -n '/\*\*Targets/,/^$/p;/\*\*Targets/,/^\*\*Topology/p' "$REAL_OUT/multi-gpu.md" | head -40 | tee -a "$SUMMARY"

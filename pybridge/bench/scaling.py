@@ -219,7 +219,7 @@ def _b0(s: Setup, client: Any, timer: Timer, ws: list[str]) -> list[dict[str, An
 
 
 def _spmd_rows(group: str, s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]],
-               make_inputs: Callable[[list[str], Any], tuple[Any, ...]], impls: dict[str, Callable[..., Any]],
+               make_inputs: Callable[[list[str], Any], tuple[Any, ...]], impls: dict[str, Any],
                direct: dict[str, Callable[..., Any]], direct_inputs: Callable[[Any], tuple[Any, ...]],
                size: Any, weak: bool, work_bytes: float | None = None,
                make_graph: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
@@ -420,7 +420,7 @@ def _group_b2(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]]) -
 
     # No "Dask + CuPy" here: a stencil in CuPy array expressions makes a temporary per term (seconds
     # per run at 16384²); the floor (the same graph, no work) is what bounds the efficiency.
-    impls = {"pybridge": "pybridge", "Dask alone (same graph, no work)": tasks.floor}
+    impls: dict[str, Any] = {"pybridge": "pybridge", "Dask alone (same graph, no work)": tasks.floor}
     direct = {"pybridge": lambda r, g: tasks.call_entry(jac, (np.int32(steps), g))}
     rows = _spmd_rows("B2 weak Jacobi", s, client, timer, counts_ws, inputs, impls, direct,
                       lambda xp: (xp.ones((n, n), np.float32),), f"{n}²", weak=True, make_graph=graph)
