@@ -21,6 +21,8 @@ from conftest import dask_and_futhark_or_skip, library_or_source  # noqa: E402
 pytestmark = pytest.mark.futhark
 da, distributed = dask_and_futhark_or_skip()
 
+import dask  # noqa: E402
+
 import pybridge.futhark as pf  # noqa: E402
 
 import pybridge.dask as pbd  # noqa: E402
@@ -36,7 +38,10 @@ NWORKERS = 3
 
 @pytest.fixture(scope="module")
 def client():
-    with pbd.local_cluster(n_workers=NWORKERS, threads_per_worker=1) as cluster, distributed.Client(cluster) as c:
+    # No work stealing (as local_cluster(devices=...) has it): blocks stay where they were placed.
+    with dask.config.set({"distributed.scheduler.work-stealing": False}):
+        cluster = pbd.local_cluster(n_workers=NWORKERS, threads_per_worker=1)
+    with cluster, distributed.Client(cluster) as c:
         yield c
 
 

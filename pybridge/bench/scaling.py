@@ -117,14 +117,18 @@ class Setup:
     def cluster(self) -> Any:
         import pybridge.dask as pbd
 
-        n = max(self.counts)
-        if not self.gpu:
-            return pbd.local_cluster(n_workers=n, threads_per_worker=1)
-        if self.cluster_kind == "dask-cuda":
-            from dask_cuda import LocalCUDACluster
+        import dask
 
-            return LocalCUDACluster(n_workers=n, threads_per_worker=1, dashboard_address=":0")
-        return pbd.local_cluster(devices=list(range(n)), threads_per_worker=1)
+        n = max(self.counts)
+        # No work stealing on any of them: inputs are placed on their worker before timing.
+        with dask.config.set({"distributed.scheduler.work-stealing": False}):
+            if not self.gpu:
+                return pbd.local_cluster(n_workers=n, threads_per_worker=1)
+            if self.cluster_kind == "dask-cuda":
+                from dask_cuda import LocalCUDACluster
+
+                return LocalCUDACluster(n_workers=n, threads_per_worker=1, dashboard_address=":0")
+            return pbd.local_cluster(devices=list(range(n)), threads_per_worker=1)
 
 
 def _device_sync() -> None:
@@ -282,7 +286,7 @@ def _floors(rows: list[dict[str, Any]], group: str, k: int, weak: bool) -> str:
     for r in rows:
         if r["benchmark"] != group or r["workers"] != k or not r["impl"].startswith(("Dask alone", "Dask + ")):
             continue
-        what = f"{r['impl'].split(',')[0]} {r['median_us'] / 1e3:.2f} ms"
+        what = f"{r['impl'].rsplit(', ', 1)[0]} {r['median_us'] / 1e3:.2f} ms"
         figure = r.get("efficiency") if weak else r.get("speedup")
         bits.append(what + (f" ({'efficiency' if weak else 'speedup'} {figure:.2f})" if figure is not None else ""))
     return "; ".join(bits)

@@ -8,6 +8,9 @@
 - ``pin="index"``: every GPU stays visible and ``PYBRIDGE_DASK_DEVICE="#k"`` tells pybridge.dask
   which one this worker's contexts use.
 
+Its scheduler does not steal work: blocks sit on their GPU on purpose, and a task moved to another
+worker would drag its device inputs through the host.
+
 Without ``devices`` it is a plain ``LocalCluster`` (CPU backends). For a cluster started some other
 way, ``client.register_plugin(WorkerDevices(["#0", "#1"]))`` gives worker k (by name, else by
 order of arrival) device k mod n, before its first task creates a context.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+import dask
 from distributed import LocalCluster, Nanny, Scheduler, SpecCluster, WorkerPlugin
 
 from .workers import DEVICE_ENV
@@ -46,7 +50,10 @@ def local_cluster(n_workers: int | None = None, *, devices: Sequence[int | str] 
         env = {"CUDA_VISIBLE_DEVICES": _visible(devices, k)} if pin == "visible" else {DEVICE_ENV: f"#{d}"}
         workers[f"gpu-{k}"] = {"cls": Nanny, "options": {"nthreads": threads_per_worker, "env": env, "name": f"gpu-{k}"}}
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": kwargs.pop("dashboard_address")}}
-    return SpecCluster(workers=workers, scheduler=scheduler, **kwargs)
+    # No work stealing: blocks are placed on their GPU on purpose (pbd.random, pbd.spmd), and a
+    # stolen task moves its device inputs through the host.
+    with dask.config.set({"distributed.scheduler.work-stealing": False}):
+        return SpecCluster(workers=workers, scheduler=scheduler, **kwargs)
 
 
 class WorkerDevices(WorkerPlugin):
