@@ -12,7 +12,6 @@ import ctypes
 import logging
 import os
 import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -23,6 +22,7 @@ from typing import Any, Iterator
 
 import cffi
 
+from ..executables import child_env, python_command
 from ..paths import find_build_file
 from .binding import LINK_PROBE, LINKED_FUNCTION, api_module_key, bind_abi, bind_api, bind_prebuilt
 from .build import cuda_home
@@ -371,6 +371,7 @@ def check_in_subprocess(name_or_path: str | os.PathLike[str], backend: str | Non
         f"lib = pf.load({str(name_or_path)!r}, backend={backend!r}, **{config!r})\n"
         "lib.close(); print('ok')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    # This pybridge in the child, never a pybridge/ of the current directory (python -c imports it first).
+    proc = subprocess.run(python_command(code), capture_output=True, text=True, timeout=timeout, env=child_env())
     ok = proc.returncode == 0 and proc.stdout.strip().endswith("ok")
     return ok, (proc.stdout + proc.stderr).strip()
