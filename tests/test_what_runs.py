@@ -341,3 +341,30 @@ def test_only_configured_programs_run_whatever_the_current_directory_holds(
     assert all(line.split()[0] in (expected, "cc", "installer") for line in ran), (expected, ran)
     assert [line for line in ran if line.startswith("installer")] == (["installer --force"] if should_install else []), ran
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_python_children_never_import_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -c` and `python -m` put the current directory first on sys.path: a pybridge/ or an
+    auditwheel.py of someone else's checkout ran in the children that `pybridge package
+    --manylinux`, pf.check_in_subprocess and the lifecycle runner start."""
+    pytest.importorskip("auditwheel")
+    from pybridge.errors import PybridgeError
+    from pybridge.package import manylinux_tag
+    from pybridge.testing.lifecycle_run import _run_child
+
+    canary = tmp_path / "canary"
+    stranger = tmp_path / "stranger"
+    (stranger / "pybridge").mkdir(parents=True)
+    for trap in (stranger / "pybridge" / "__init__.py", stranger / "auditwheel.py"):
+        trap.write_text(f"open({str(canary)!r}, 'a').write('imported {trap.relative_to(stranger)}\\n')\nraise SystemExit(97)\n")
+    wheel = tmp_path / "empty-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    monkeypatch.chdir(stranger)
+    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)  # conftest sets it for children; users do not
+    with pytest.raises(PybridgeError, match="File is not a zip file"):
+        manylinux_tag(wheel)  # auditwheel's own refusal of an empty file, not the trap's exit
+    outcome = _run_child([str(tmp_path / "no-such-library.so")], "c", 1, 1, timeout=120)
+    assert "failure" in outcome and "no-such-library.so" in outcome["failure"]["output"], outcome  # this pybridge's error
+    ok, why = pf.check_in_subprocess("no-such-library.so")  # fails in the child's pf.load, having imported this pybridge
+    assert not ok and "FileNotFoundError" in why
+    assert not canary.exists(), canary.read_text()
