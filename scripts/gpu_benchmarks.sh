@@ -10,9 +10,9 @@
 #      kept (a carried $PREP/programs-c.json stands in for step 1's c run when that made none).
 #
 # The GPU machine has no Futhark compiler and no network, so on the development machine first:
-#   for b in cuda c; do FUTHARK=.tools/bin/futhark python3 -m pybridge bench programs --prepare .carry-programs --backend $b; done
+#   for b in cuda c; do python3 -m pybridge bench programs --prepare .carry-programs --backend $b; done
 #   make -k futhark FUTHARK_BACKEND=cuda            # the C of build/futhark/cuda and build/reference/cuda
-#   pip download --python-version 3.12 --only-binary=:all: -d .whl dask distributed
+#   scripts/prepare-device-carry.sh --wheels-only   # .whl: dask, distributed and their needs (cp312)
 #   mkdir -p .carry-cub && for b in scan sum; do nvcc -O3 -std=c++17 -arch=sm_90 -o .carry-cub/${b}_vs_cub benchmarks/${b}_vs_cub.cu; done
 # Then the device call `bash scripts/gpu_benchmarks.sh`, carrying .gpu-wheels, .whl, build/futhark/cuda,
 # build/reference/cuda, .carry-programs and .carry-cub (untracked; never commit them).
