@@ -9,12 +9,13 @@
 # Comes back in $OUT (at most 8 files): topo.txt, multi-gpu.md (the section) and multi-gpu.json (its
 # rows), scaling.png, scaling.json, summary.txt and logs.tar.gz (setup, tests, bench stdout/stderr).
 #
-# Prepared on the development machine first (never committed):
-#   make -k futhark FUTHARK_BACKEND=cuda      # the C of build/futhark/cuda (jacobi, matmul, saxpy, mandelbrot, ...)
-#   .gpu-wheels (PyCUDA, cffi, ...) and .whl holding, for Python 3.12 x86_64: dask, distributed and their
-#   pure-Python needs (the machine lacks them), plus for the dask-cuda test dask-cuda, nvidia-ml-py, zict,
-#   cuda-core, cuda-bindings, cuda-pathfinder (installed only where the machine has no importable one).
-# Carry: .gpu-wheels .whl build/futhark/cuda (and build/cuda, if built there, to skip nvcc here).
+# Prepared on the development machine first (never committed), from this checkout:
+#   make -k futhark FUTHARK_BACKEND=cuda    # the C of build/futhark/cuda (jacobi, matmul, saxpy, mandelbrot, ...)
+#   DASK_CUDA_BINARY="cuda_core cuda_bindings" scripts/prepare-device-carry.sh --wheels-only
+#       # .whl: dask, distributed; .whl/dask-cuda: dask-cuda and its needs (cuda-core and cuda-bindings
+#       # too, for a machine without them: the LocalCUDACluster test says if they are missing)
+#   cp -r ../shared/gpu-wheels .gpu-wheels  # PyCUDA, cffi, ...
+# Carry: .gpu-wheels .whl build/futhark/cuda (and build/cuda, if `make cuda` ran here, to skip nvcc there).
 set -u
 QUICK=${1:-}
 export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=/tmp/pb-cache
@@ -37,20 +38,17 @@ NGPU=$(nvidia-smi -L | wc -l)
 step "install (carried wheels, no network)"
 {
   source .gpu-wheels/install.sh
-  ECOSYSTEM='/(dask_cuda|nvidia_ml_py|zict|cuda_core|cuda_bindings|cuda_pathfinder)-'
   python3 -c "import distributed" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile \
-    --target /tmp/gpu-site $(ls .whl/*.whl | grep -vE "$ECOSYSTEM")
-  # dask-cuda and what it imports: the machine's own copy where it has one (numba-cuda brings cuda-*)
-  for pair in zict:zict pynvml:nvidia_ml_py cuda.pathfinder:cuda_pathfinder cuda.bindings:cuda_bindings \
-              cuda.core:cuda_core dask_cuda:dask_cuda; do
-    mod=${pair%%:*}; whl=${pair##*:}
-    PYTHONPATH=/tmp/gpu-site python3 -c "import $mod" 2>/dev/null && continue
-    if ls .whl/$whl-*.whl >/dev/null 2>&1; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-site .whl/$whl-*.whl
+    --target /tmp/gpu-site .whl/*.whl
+  # dask-cuda and its pure-Python needs (.whl/dask-cuda); its binary ones (cuda-core) must be on the
+  # machine already or carried with them (prepare-device-carry.sh's DASK_CUDA_BINARY)
+  if ! PYTHONPATH=/tmp/gpu-site python3 -c "import dask_cuda" 2>/dev/null; then
+    if ls .whl/dask-cuda/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-site .whl/dask-cuda/*.whl
     else
-      echo "no $whl wheel carried: $mod stays missing"
+      echo "no .whl/dask-cuda carried: the LocalCUDACluster test skips"
     fi
-  done
+  fi
 } > "$LOGS/setup.log" 2>&1
 export PYTHONPATH=$PWD:/tmp/gpu-site${PYTHONPATH:+:$PYTHONPATH}
 python3 - <<'EOF' 2>&1 | tee -a "$SUMMARY"
