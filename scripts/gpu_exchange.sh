@@ -17,7 +17,7 @@ GPU_TEST_FILES=${GPU_TEST_FILES:-"tests/gpu/test_exchange_order.py tests/gpu/tes
 echo "== pybridge bench exchange"
 timeout ${EXCHANGE_TIMEOUT:-150} python3 -m pybridge bench exchange --json "$OUT/exchange.json" 2>/dev/null | tail -32
 echo "== pybridge bench scaling --gpus 1"
-timeout ${SCALING_TIMEOUT:-240} python3 -m pybridge bench scaling --gpus 1 --repeat ${SCALING_REPEAT:-5} --json "$OUT/scaling.json" 2>"$OUT/scaling.err" | tail -24
+timeout ${SCALING_TIMEOUT:-240} python3 -m pybridge bench scaling --gpus 1 --rows saxpy --repeat ${SCALING_REPEAT:-5} --json "$OUT/scaling.json" 2>"$OUT/scaling.err" | tail -24
 echo "rc=${PIPESTATUS[0]}"; tail -3 "$OUT/scaling.err"
 if [ -z "${SKIP_OVERHEAD:-}" ]; then
   echo "== pybridge bench overhead (cuda entry points, chain30, launches)"

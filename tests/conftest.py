@@ -162,3 +162,23 @@ def have_cc() -> str:
     if not cc:
         pytest.skip("no C compiler")
     return cc
+
+
+def dask_and_futhark_or_skip() -> tuple[Any, Any]:
+    """(dask.array, distributed) for the pybridge.dask tests, called at module level: the module is
+    skipped, saying what to install, without dask or without the Futhark compiler (which builds
+    the libraries the workers load)."""
+    da = pytest.importorskip("dask.array", reason="dask is not installed: pip install '.[dask]'")
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
+    from pybridge.futhark.build import futhark_compiler
+
+    if futhark_compiler() is None:
+        pytest.skip("the Futhark compiler is not installed (scripts/install-futhark.sh or FUTHARK=...)", allow_module_level=True)
+    return da, distributed
+
+
+def library_or_source(program: str, backend: str = "c") -> str:
+    """futhark/<program>.fut as `make` built it for ``backend``, else the source (compiled on first
+    use by pybridge, cached): the pybridge.dask tests load either."""
+    built = find_build_file(f"futhark/{backend}/lib{program}.so")
+    return str(built) if built is not None else str(Path(__file__).resolve().parents[1] / "futhark" / f"{program}.fut")
