@@ -7,6 +7,14 @@ What is cached, one *entry* each:
 - ``cuda/<key>/``: a user's CUDA C compiled to cubin + PTX (:mod:`pybridge.cuda.compiler`);
 - ``ffi/<module>``: a generated cffi module binding a Futhark library (:mod:`pybridge.futhark.binding`).
 
+**Only pybridge's own** (:mod:`pybridge.ownership`). The cache folder carries pybridge's
+``CACHEDIR.TAG`` (a foreign folder is refused); an entry is listed, and may be removed, only when
+it carries pybridge's mark (a program's stamp holding the digest its name ends in, a CUDA entry's
+record, the name of a generated module), and no symbolic link is followed: a user's folder or
+file in the cache is left alone. Removal renames an entry to a trash folder first, so an
+interrupted ``pybridge cache clear`` leaves every entry whole or absent (the trash goes at the next
+clear or build).
+
 **Size bound.** ``$PYBRIDGE_CACHE_MAX_BYTES`` (default 2 GiB; ``0`` for no bound; suffixes K, M, G
 allowed). After each build the least recently used entries are removed until the cache fits.
 

@@ -128,8 +128,8 @@ def claim_root(root: Path, named_by: str) -> Path:
                 f"{str(stray.relative_to(root))!r} in it is nothing pybridge writes); pybridge writes and deletes only "
                 "in its own cache: name a new or empty folder"
             ) from None
-    except OSError as e:
-        raise ForeignCacheError(f"{named_by}: cannot create the cache folder: {e.strerror or e}") from None
+    except OSError as e:  # no permission, a file on the way: the builtin error, naming the variable
+        raise type(e)(e.errno, f"{named_by}: cannot create the cache folder ({e.strerror})") from None
     _write_tag(root)  # new, empty, or written by a pybridge before tags
     return root
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import pybridge
@@ -265,6 +265,7 @@ def run_command(w: World, command: str) -> tuple[int, str]:
     elif command == "bound":  # the bound after a build, with a 1-byte PYBRIDGE_CACHE_MAX_BYTES
         proc = run_pybridge(["build", "p.fut"], w.cache, w.work, PYBRIDGE_CACHE_MAX_BYTES="1")
     elif command == "stubs":
+        (w.work / "stubs").mkdir(exist_ok=True)  # stubs writes a file into a folder the user has
         proc = run_pybridge(["stubs", "p.fut", "-o", "stubs/p.pyi"], w.cache, w.work)
     elif command == "package":
         proc = run_pybridge(["package", "p.fut", "--name", "ownedpkg", "--backends", "c", "-o", "dist"], w.cache, w.work)
@@ -287,9 +288,9 @@ def run_command(w: World, command: str) -> tuple[int, str]:
 
 @pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(root=st.sampled_from(["pybridge"] * 3 + ["legacy", "foreign"]),
+@given(root=st.sampled_from(["pybridge"] * 4 + ["legacy", "foreign"]),
        decoys=st.lists(decoy, min_size=1, max_size=12),
-       hijacked=st.sampled_from([None] * 3 + HIJACKABLE),
+       hijacked=st.sampled_from([None] * 6 + HIJACKABLE),
        commands=st.lists(st.sampled_from(COMMANDS), min_size=1, max_size=3))
 def test_commands_touch_nothing_but_their_own(world: World, monkeypatch: pytest.MonkeyPatch, root: str,
                                               decoys: list[tuple[str, str, str, bool]], hijacked: str | None,
@@ -301,14 +302,18 @@ def test_commands_touch_nothing_but_their_own(world: World, monkeypatch: pytest.
     restore(w, root)
     if root == "foreign":
         decoys = [("cache", "notes.txt", "file", False), *decoys]  # a folder of the user's is never empty
-    if hijacked is not None and root != "foreign":
+    if root == "foreign":
+        hijacked = None  # all of it is the user's already
+    if hijacked is not None:
         hijack(w, hijacked)
     planted = plant(w, decoys)
     before = {p: state(p) for p in planted}
     elsewhere = state(w.base / "elsewhere")
     work_names = set(os.listdir(w.work))
+    event(f"root: {root}, hijacked: {hijacked}")
     for command in commands:
         code, err = run_command(w, command)
+        event(f"{command}: {'ran' if code == 0 else 'refused'}")
         said = err.strip().splitlines()
         if command == "load":
             said = said[-1:]  # the exception's message (a RuntimeWarning may come first: API mode, then ABI, refused)
