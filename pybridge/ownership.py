@@ -5,10 +5,10 @@
   finds empty; a folder that exists, is not empty and has no such tag is refused
   (:class:`ForeignCacheError`, one line), unless everything in it has the exact shapes pybridge
   writes (a cache of an older pybridge, which wrote no tag: it is adopted).
-- **Every folder pybridge makes in the cache** is a temporary folder first
-  (:func:`temporary_folder`: ``.pybridge-tmp-<name>-XXXXXXXX``, the prefix only pybridge uses), and
-  the first file in it is the mark :data:`MARK`, flock'ed while the folder is in use. An entry is
-  such a folder renamed into place, so it keeps the mark; removal renames an entry to
+- **Every folder pybridge builds in the cache** (an entry, a compiler's working folder) starts as a
+  temporary folder (:func:`temporary_folder`: ``.pybridge-tmp-<name>-XXXXXXXX``, a prefix only
+  pybridge uses) whose first file is the mark :data:`MARK`, flock'ed while the folder is in use.
+  An entry is such a folder renamed into place, so it keeps the mark; removal renames an entry to
   ``.pybridge-trash-...`` first and deletes the mark last (:func:`remove_marked`), so an
   interruption leaves either the whole entry or a marked trash folder that :func:`sweep` removes.
 - **No symbolic link is followed**: types come from ``lstat``; a link is never descended into,
@@ -38,6 +38,8 @@ from .errors import PybridgeError
 __all__ = [
     "MARK",
     "TAG",
+    "TEMP_PREFIX",
+    "TRASH_PREFIX",
     "ForeignCacheError",
     "claim_root",
     "discard",
