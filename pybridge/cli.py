@@ -273,12 +273,13 @@ def _ago(t: float) -> str:
 
 def cmd_cache(ns: argparse.Namespace) -> int:
     from . import cache
+    from .ownership import ForeignCacheError
 
     try:
         bound = cache.max_bytes()
-    except cache.CacheSettingError as bad:
+        root = paths.cache_dir()
+    except (cache.CacheSettingError, ForeignCacheError) as bad:
         raise UsageError(str(bad)) from None
-    root = paths.cache_dir()
     if ns.action == "clear":
         removed, kept = cache.clear(older_than=ns.older_than)
         print(f"removed {len(removed)} entries ({_human(sum(e.size for e in removed))}) from {root}")

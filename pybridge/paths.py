@@ -56,17 +56,21 @@ def find_build_file(relative: str | os.PathLike[str]) -> Path | None:
     return None
 
 
-def cache_dir() -> Path:
-    """A writable per-user cache (generated cffi modules, compiled user programs and CUDA C):
-    ``$PYBRIDGE_CACHE``, else the platform's per-user cache folder (platformdirs: on Linux
-    ``$XDG_CACHE_HOME/pybridge``, by default ``~/.cache/pybridge``). ``pybridge cache`` lists and
-    clears it."""
+def cache_dir(*parts: str) -> Path:
+    """The per-user cache (generated cffi modules, compiled user programs and CUDA C), or its
+    subfolder ``parts``: ``$PYBRIDGE_CACHE``, else the platform's per-user cache folder
+    (platformdirs: on Linux ``$XDG_CACHE_HOME/pybridge``, by default ``~/.cache/pybridge``).
+    ``pybridge cache`` lists and clears it. It must be pybridge's own (:mod:`pybridge.ownership`):
+    created and tagged when new or empty, refused (ForeignCacheError) when it holds what pybridge
+    did not write; a subfolder that is a symbolic link is refused, never followed."""
+    from .ownership import claim_root, real_folder
+
     env = os.environ.get("PYBRIDGE_CACHE")
     if env:
-        d = Path(env)
+        root = claim_root(Path(env), f"PYBRIDGE_CACHE={env!r}")
     else:
         import platformdirs
 
-        d = Path(platformdirs.user_cache_dir("pybridge", appauthor=False))
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+        default = Path(platformdirs.user_cache_dir("pybridge", appauthor=False))
+        root = claim_root(default, f"the default cache {str(default)!r} (set PYBRIDGE_CACHE=... to use another folder)")
+    return real_folder(root, *parts)

@@ -204,9 +204,8 @@ def driver_path() -> Path:
     if cc is None:
         raise DriverUnavailable("no C compiler (cc) to build the C loop")
     digest = hashlib.sha256(C_SOURCE.encode()).hexdigest()[:12]
-    exe = cache_dir() / "bench" / f"cdriver-{digest}"
+    exe = cache_dir("bench") / f"cdriver-{digest}"
     if not exe.exists():
-        exe.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / "cdriver.c"
             src.write_text(C_SOURCE)

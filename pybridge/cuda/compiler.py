@@ -36,18 +36,17 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from ..executables import child_env, configured
+from ..ownership import is_real_dir, is_regular, lock, real_folder, sweep, temporary_folder
 from ..paths import cache_dir
 from .context import compute_capability, have_pycuda
 from .declarations import SourceDeclarations, read_declarations
@@ -373,35 +372,35 @@ def build_source(
     env_flags = tuple(f"{v}={os.environ.get(v, '')}" for v in _NVCC_ENV)
     job = _Job(text, display, name or default_name, path, tuple(dirs), checked_options,
                sm, compute, nvcc, version, toolkit, env_flags)
-    return _Cache(cache_dir() / "cuda").build(job, rebuild)
+    return _Cache(cache_dir("cuda")).build(job, rebuild)
 
 
 class _Cache:
     def __init__(self, root: Path) -> None:
         self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        (root / "direct").mkdir(exist_ok=True)
+        real_folder(root, "direct")
 
     # ---- keys
     def _headers(self, job: _Job) -> list[Path]:
         """Every non-toolkit header the source includes, transitively (nvcc -MM)."""
         if not _INCLUDE.search(job.text) and not any(o.startswith(("-include", "--pre-include")) for o in job.options):
             return []
-        with tempfile.TemporaryDirectory(prefix="pybridge-deps-", dir=self.root) as d:
-            src = Path(d) / "source.cu"
-            src.write_text(job.compile_text)
-            cmd = [job.nvcc, "-MM", *job.flags, f"-arch={job.compute}", str(src)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
+        with temporary_folder(self.root, "deps") as d:
+            (d / "source.cu").write_text(job.compile_text)
+            # Named without its folder (in the cache: its path may hold a carriage return, which
+            # nvcc's make rule would split); relative headers are found through -I of the caller's folder.
+            cmd = [job.nvcc, "-MM", *job.flags, f"-arch={job.compute}", "source.cu"]
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=d, env=child_env())
             if proc.returncode != 0:
                 raise CompileError(f"nvcc could not read the includes of {job.display}", proc.stdout + proc.stderr, cmd)
-            deps = _make_deps(proc.stdout)
-            src_resolved = src.resolve()
-        toolkit = job.toolkit.resolve()
-        found: list[Path] = []
-        for dep in deps:
-            r = dep.resolve()
-            if r != src_resolved and not r.is_relative_to(toolkit) and r not in found:
-                found.append(r)
+            deps = [dep if dep.is_absolute() else d / dep for dep in _make_deps(proc.stdout)]
+            src_resolved = (d / "source.cu").resolve()
+            toolkit = job.toolkit.resolve()
+            found: list[Path] = []
+            for dep in deps:
+                r = dep.resolve()
+                if r != src_resolved and not r.is_relative_to(toolkit) and r not in found:
+                    found.append(r)
         return sorted(found)
 
     @staticmethod
@@ -444,7 +443,7 @@ class _Cache:
     # ---- entries
     @staticmethod
     def _complete(entry: Path) -> bool:
-        if not all((entry / f).is_file() for f in _ENTRY_FILES):
+        if not (is_real_dir(entry) and all(is_regular(entry / f) for f in _ENTRY_FILES)):
             return False
         with open(entry / "module.cubin", "rb") as f:
             return f.read(4) == b"\x7fELF"  # a truncated or foreign file is rebuilt
@@ -463,33 +462,26 @@ class _Cache:
         if not rebuild and self._complete(entry):
             _touch(entry)
             return self._result(job, entry, True)
-        with _locked(self.root / f"{key}.lock") as exclusive:
+        with lock(self.root / f"{key}.lock"):
             if not rebuild and self._complete(entry):
                 return self._result(job, entry, True)  # another thread or process made it meanwhile
-            for left in self.root.glob(f".tmp-{key[:12]}-*") if exclusive else ():
-                shutil.rmtree(left, ignore_errors=True)  # from a compile killed midway: we hold its lock
-            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:12]}-", dir=self.root))
-            try:
+            sweep(self.root)  # folders of compiles that were killed, of removals that were interrupted
+            with temporary_folder(self.root, key[:12]) as tmp:
                 log, compiled_by = _compile(job, tmp)
                 (tmp / "source.cu").write_text(job.text)
                 meta = {"name": job.name, "source": job.display, "arch": job.sm, "options": list(job.options),
                         "include_dirs": list(job.include_dirs), "nvcc": job.nvcc, "log": log, "compiled_by": compiled_by}
                 (tmp / "entry.json").write_text(json.dumps(meta, indent=1))
-                if entry.is_dir():
+                if is_real_dir(entry):
                     # Incomplete, or rebuild=True: replace it file by file (each rename atomic),
                     # never moving it away: readers that found it complete (they take no lock)
                     # may be reading its files right now. Same key, so old and new are equivalent.
                     for f in _ENTRY_FILES:
                         os.replace(tmp / f, entry / f)
                 else:
-                    try:
-                        os.replace(tmp, entry)
-                    except OSError:
-                        # Only without flock can another writer get here first; its entry is as good.
-                        if not self._complete(entry):
-                            raise
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+                    if os.path.lexists(entry):
+                        raise CompileError(f"{str(entry)!r} is in the way of the cache entry and is not pybridge's: remove it")
+                    os.rename(tmp, entry)
         from .. import cache
 
         cache.enforce_bound()
@@ -501,16 +493,6 @@ def _touch(entry: Path) -> None:
         os.utime(entry)  # least recently used first when the cache is over its bound
     except OSError:
         pass
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[bool]:
-    """An exclusive lock on ``path`` between processes and threads (:class:`filelock.FileLock`:
-    flock on POSIX, msvcrt's locking on Windows); yields True once it holds it."""
-    from filelock import FileLock
-
-    with FileLock(path):
-        yield True
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
