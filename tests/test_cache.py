@@ -72,6 +72,8 @@ def test_a_bad_bound_is_refused_in_one_line(bad, monkeypatch, tmp_path, capsys):
 
 def test_list_and_clear_an_empty_or_foreign_cache(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PYBRIDGE_CACHE", str(tmp_path))
+    assert main(["cache"]) == 0  # empty: pybridge's from now on (tagged)
+    assert "0 entries, 0 B" in capsys.readouterr().out
     (tmp_path / "programs" / "c").mkdir(parents=True)
     (tmp_path / "programs" / "stray-file").write_text("x")  # not an entry: ignored, never a crash
     (tmp_path / "ffi").mkdir()
@@ -80,7 +82,13 @@ def test_list_and_clear_an_empty_or_foreign_cache(tmp_path, monkeypatch, capsys)
     assert "0 entries, 0 B" in capsys.readouterr().out
     assert main(["cache", "clear"]) == 0
     assert "removed 0 entries" in capsys.readouterr().out
-    assert (tmp_path / "programs" / "stray-file").exists()
+    assert (tmp_path / "programs" / "stray-file").exists() and (tmp_path / "ffi" / "notes.txt").exists()
+    # A folder of the user's, not pybridge's: refused in one line, nothing touched.
+    (tmp_path / "CACHEDIR.TAG").unlink()
+    assert main(["cache", "clear"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "PYBRIDGE_CACHE=" in err[0] and "not pybridge's cache" in err[0]
+    assert (tmp_path / "programs" / "stray-file").exists() and (tmp_path / "ffi" / "notes.txt").exists()
 
 
 class TestWithPrograms:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import pybridge.futhark as pf
 from pybridge.futhark.build import futhark_compiler
+from pybridge.ownership import TEMP_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 ALIASING = ROOT / "tests" / "programs" / "aliasing.fut"
@@ -163,36 +164,42 @@ def test_a_parameter_or_field_named_self_passes_by_keyword(tmp_path: Path) -> No
             lib.addself(1, self=2)  # given twice: the usual binding error, naming it
 
 
-def _stale_tmp(parent: Path, name: str, age: float) -> Path:
-    d = parent / f".{name}.tmpabc123"
+def _left_folder(parent: Path, name: str, marked: bool = True) -> Path:
+    """A folder as a killed build (or an interrupted removal) leaves it: pybridge's mark first."""
+    from pybridge.ownership import MARK
+
+    d = parent / name
     d.mkdir(parents=True)
+    if marked:
+        (d / MARK).write_text("made by pybridge\n")
     (d / "half-written.c").write_text("int x;")
-    t = __import__("time").time() - age
-    os.utime(d, (t, t))
     return d
 
 
 def test_stale_build_folders_are_swept_but_never_one_in_use(tmp_path: Path, monkeypatch) -> None:
-    """A killed build leaves its .tmp folder: the next build in that cache folder removes it,
-    unless its build lock is held (a build running now, here in another thread or in another
-    process) or it is younger than STALE_TMP_S."""
+    """A killed build leaves its .pybridge-tmp- folder, an interrupted removal its .pybridge-trash-
+    folder: the next build in that cache folder removes them, unless a build holds the folder's mark
+    (a build running now, here in another thread or in another process), and never an unmarked one."""
     import threading
 
-    from pybridge import cache
+    from filelock import FileLock
+
     from pybridge.futhark import build
+    from pybridge.ownership import MARK
 
     monkeypatch.setenv("PYBRIDGE_CACHE", str(tmp_path / "cache"))
     src = tmp_path / "tiny.fut"
     src.write_text("entry f (x: i32) : i32 = x + 1\n")
     parent = tmp_path / "cache" / "programs" / "c"
-    stale = _stale_tmp(parent, "old-000000000000", 3600)
-    young = _stale_tmp(parent, "young-000000000000", 0)
-    busy = _stale_tmp(parent, "busy-000000000000", 3600)
-    other = _stale_tmp(parent, "other-000000000000", 3600)
+    stale = _left_folder(parent, ".pybridge-tmp-old-000000000000-abcd1234")
+    trash = _left_folder(parent, ".pybridge-trash-gone-000000000000-abcd1234")
+    busy = _left_folder(parent, ".pybridge-tmp-busy-000000000000-abcd1234")
+    other = _left_folder(parent, ".pybridge-tmp-other-000000000000-abcd1234")
+    unmarked = _left_folder(parent, ".pybridge-tmp-mine", marked=False)
     held, release = threading.Event(), threading.Event()
 
     def hold_in_thread() -> None:
-        with cache.entry_lock(parent / "busy-000000000000"):  # the build lock of that entry
+        with FileLock(busy / MARK):  # the build writing that folder holds its mark
             held.set()
             release.wait(60)
 
@@ -200,7 +207,7 @@ def test_stale_build_folders_are_swept_but_never_one_in_use(tmp_path: Path, monk
     t.start()
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import fcntl, os, sys, time
-        fd = os.open({str(parent / '.other-000000000000.lock')!r}, os.O_RDWR | os.O_CREAT)
+        fd = os.open({str(other / MARK)!r}, os.O_RDWR)
         fcntl.flock(fd, fcntl.LOCK_EX)
         print("held", flush=True)
         time.sleep(60)
@@ -209,18 +216,19 @@ def test_stale_build_folders_are_swept_but_never_one_in_use(tmp_path: Path, monk
         assert holder.stdout.readline().strip() == "held" and held.wait(30)
         so = build.build_program(src, backend="c")
         assert so.is_file()
-        assert not stale.exists()
-        assert young.exists() and busy.exists() and other.exists()
+        assert not stale.exists() and not trash.exists()
+        assert busy.exists() and other.exists() and unmarked.exists()
     finally:
         release.set()
         t.join()
         holder.kill()
         holder.wait()
-    assert sorted(p.name for p in parent.iterdir() if ".tmp" in p.name) == sorted(p.name for p in (young, busy, other))
+    assert sorted(p.name for p in parent.iterdir() if p.name.startswith(".pybridge-")) == sorted(
+        p.name for p in (busy, other, unmarked))
 
 
 def test_an_interrupted_build_leaves_no_folder(tmp_path: Path) -> None:
-    """SIGINT while the Futhark compiler runs: KeyboardInterrupt, and no .tmp folder stays."""
+    """SIGINT while the Futhark compiler runs: KeyboardInterrupt, and no temporary folder stays."""
     src = tmp_path / "slowish.fut"
     src.write_text("entry f (xs: []f32) : f32 = f32.sum (map (\\x -> x * 2) xs)\n")
     cache = tmp_path / "cache"
@@ -238,15 +246,15 @@ def test_an_interrupted_build_leaves_no_folder(tmp_path: Path) -> None:
     import time
 
     deadline = time.time() + 60
-    while time.time() < deadline and not (parent.is_dir() and any(".tmp" in p.name for p in parent.iterdir())):
+    while time.time() < deadline and not (parent.is_dir() and any(p.name.startswith(TEMP_PREFIX) for p in parent.iterdir())):
         time.sleep(0.01)
-    assert any(".tmp" in p.name for p in parent.iterdir()), "the build never started"
+    assert any(p.name.startswith(TEMP_PREFIX) for p in parent.iterdir()), "the build never started"
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
     assert out.strip() in ("interrupted", "finished"), out + err
-    assert [p.name for p in parent.iterdir() if ".tmp" in p.name] == []
+    assert [p.name for p in parent.iterdir() if p.name.startswith(TEMP_PREFIX)] == []
 
 
 # ---------------------------------------------------------------- 5: Ctrl-C

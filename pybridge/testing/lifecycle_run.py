@@ -26,6 +26,7 @@ import subprocess
 import sys
 from typing import Any, Sequence
 
+from ..executables import python_module_command
 from . import watchdog
 
 PROFILES = {"quick": 300, "full": 10_000}
@@ -91,9 +92,9 @@ def _tail(out: str) -> str:
 
 def _run_child(programs: Sequence[str], backend: str, n: int, steps: int, timeout: float, seed: int) -> dict[str, Any]:
     """One batch of ``n`` sequences in a child process: its counts, or a crash/failure entry."""
-    cmd = [sys.executable, "-m", "pybridge.testing.lifecycle_run", "--child", "--backend", backend, "--sequences", str(n),
-           "--steps", str(steps), "--seed", str(seed), "--stacks-after", str(max(1.0, timeout - min(30.0, timeout / 10))),
-           *programs]
+    cmd = python_module_command("pybridge.testing.lifecycle_run", "--child", "--backend", backend, "--sequences", str(n),
+                                "--steps", str(steps), "--seed", str(seed),
+                                "--stacks-after", str(max(1.0, timeout - min(30.0, timeout / 10))), *programs)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
