@@ -90,10 +90,12 @@ def _tail(out: str) -> str:
     return out[hung:hung + HANG_OUTPUT_CHARS] if hung >= 0 else out[-3000:]
 
 
-def _run_child(programs: Sequence[str], backend: str, n: int, steps: int, timeout: float, seed: int) -> dict[str, Any]:
-    """One batch of ``n`` sequences in a child process: its counts, or a crash/failure entry."""
+def _run_child(programs: Sequence[str], backend: str, n: int, steps: int, timeout: float, seed: int | None = None) -> dict[str, Any]:
+    """One batch of ``n`` sequences in a child process (Hypothesis seed ``seed``; None: a random
+    one): its counts, or a crash/failure entry."""
+    seeded = ("--seed", str(seed)) if seed is not None else ()
     cmd = python_module_command("pybridge.testing.lifecycle_run", "--child", "--backend", backend, "--sequences", str(n),
-                                "--steps", str(steps), "--seed", str(seed),
+                                "--steps", str(steps), *seeded,
                                 "--stacks-after", str(max(1.0, timeout - min(30.0, timeout / 10))), *programs)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
