@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cliargs import backend, positive_int, positive_int_list
 from .timing import time_host
 
 HELP = "strong and weak scaling over 1..N Dask workers / GPUs (saxpy, matmul) vs one device without Dask"
@@ -35,13 +36,13 @@ _ROOT = Path(__file__).resolve().parents[2]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", default="1,2", help="worker counts on CPU, comma-separated (default 1,2)")
-    p.add_argument("--gpus", type=int, default=0, help="GPUs to scale over (1..N, one worker each; cuda backend)")
-    p.add_argument("--backend", default=None, help="Futhark backend (default: cuda with --gpus, else c)")
-    p.add_argument("--saxpy-size", type=int, default=None, help="elements (default 2**22 CPU, 2**28 GPU)")
-    p.add_argument("--matmul-size", type=int, default=None, help="n of n-by-n matrices (default 384 CPU, 8192 GPU)")
-    p.add_argument("--chunks-per-worker", type=int, default=4)
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--workers", type=positive_int_list, default="1,2", help="worker counts on CPU, comma-separated (default 1,2)")
+    p.add_argument("--gpus", type=positive_int, default=0, help="GPUs to scale over (1..N, one worker each; cuda backend)")
+    p.add_argument("--backend", type=backend(), default=None, help="Futhark backend (default: cuda with --gpus, else c)")
+    p.add_argument("--saxpy-size", type=positive_int, default=None, help="elements (default 2**22 CPU, 2**28 GPU)")
+    p.add_argument("--matmul-size", type=positive_int, default=None, help="n of n-by-n matrices (default 384 CPU, 8192 GPU)")
+    p.add_argument("--chunks-per-worker", type=positive_int, default=4, help="Dask chunks per worker (default 4)")
+    p.add_argument("--repeat", type=positive_int, default=5, help="timed runs per point (median reported; default 5)")
 
 
 def _library(prog: str, backend: str) -> str:
