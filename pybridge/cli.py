@@ -142,7 +142,7 @@ def cmd_build_cuda(ns: argparse.Namespace) -> int:
     from .cuda.signature import SignatureError
 
     if ns.backend is not None:
-        raise UsageError("--backend applies to .fut sources (a .cu file is compiled by nvcc for --arch)")
+        raise UsageError(f"--backend: applies to .fut sources only (expected --arch, --option, -I or -o for {ns.source})")
     try:
         built = build_source(Path(ns.source), options=ns.option, include_dirs=ns.include, arch=ns.arch)
         description = describe(built)  # reads the declarations: a bad marked comment raises here
@@ -175,7 +175,8 @@ def cmd_build(ns: argparse.Namespace) -> int:
         return cmd_build_cuda(ns)
     given = [flag for flag, value in (("--arch", ns.arch), ("--option", ns.option), ("-I", ns.include)) if value]
     if given:
-        raise UsageError(f"{'/'.join(given)}: --arch, --option and -I apply to .cu sources, not to {ns.source}")
+        raise UsageError(f"{', '.join(given)}: {'applies' if len(given) == 1 else 'apply'} to .cu sources only "
+                         f"(expected --backend or -o for {ns.source})")
     try:
         so = build_program(ns.source, backend=ns.backend, out_dir=ns.output)
     except (BuildError, OSError, ValueError) as e:
@@ -354,9 +355,22 @@ def _parse(parser: argparse.ArgumentParser, args: list[str], ns: argparse.Namesp
     (argparse reports it as the top-level command's, pointing at the wrong help page)."""
     ns, extra = parser.parse_known_args(args, ns)
     if extra:
-        prog = " ".join([parser.prog, *(str(getattr(ns, k)) for k in levels if getattr(ns, k, None))])
-        raise SystemExit(_refuse(prog, f"unrecognized arguments: {' '.join(extra)} (not options of {prog}; see {prog} -h)"))
+        used = parser
+        for name in (getattr(ns, k, None) for k in levels):
+            if name:
+                used = _subparser(used, name) or used
+        takes = sorted({max(a.option_strings, key=len) for a in used._actions if a.option_strings})
+        raise SystemExit(_refuse(used.prog, f"unrecognized arguments: {' '.join(extra)} (expected only the options "
+                                            f"{', '.join(takes)}; see {used.prog} -h)"))
     return ns
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    """The subcommand ``name`` of ``parser`` (argparse keeps its subparsers in a private action)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            return action.choices[name]
+    return None
 
 
 def _level(ns: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ class Parser(argparse.ArgumentParser):
     """argparse with a one-line error (argparse prints the whole usage first)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} -h)\n")
+        self.exit(2, f"{self.prog}: error: {message.replace(chr(10), ' ')} (see {self.prog} -h)\n")
 
 
 class UsageError(PybridgeError, ValueError):

@@ -158,7 +158,7 @@ def test_version_from_the_metadata_or_the_package():
     (["build", "{src}", "-o", "/dev/null"], 2, ["-o/--output", "/dev/null", "not a directory"]),
     (["build", "{cu}", "-o", "/dev/null"], 2, ["-o/--output", "not a directory"]),
     (["build", "{src}", "--backend", "fortran"], 2, ["--backend", "'fortran'", "expected one of c, multicore, cuda"]),
-    (["build", "{src}", "--arch", "sm_90"], 2, ["apply to .cu sources"]),
+    (["build", "{src}", "--arch", "sm_90"], 2, ["--arch: applies to .cu sources only"]),
     (["build", "{missing_fut}"], 2, ["source", "missing.fut does not exist", "expected a Futhark program (.fut)"]),
     (["build", "{txt}"], 2, ["source", "expected a Futhark program (.fut) or CUDA C (.cu)"]),
     (["build", "{dir}"], 2, ["source"]),
