@@ -257,9 +257,11 @@ def _setup_logging(level: int) -> logging.Handler:
 _FUT = "a Futhark program (.fut)"
 
 
-def _subcommand(sub: Any, name: str, text: str, parents: list[argparse.ArgumentParser], **kw: Any) -> argparse.ArgumentParser:
+def _subcommand(sub: Any, name: str, text: str, parents: Sequence[argparse.ArgumentParser], **kw: Any) -> argparse.ArgumentParser:
     """A subcommand whose help page starts with the line ``pybridge -h`` lists for it."""
-    return sub.add_parser(name, help=text, description=text[:1].upper() + text[1:] + ".", parents=parents, **kw)
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=text, description=text[:1].upper() + text[1:] + ".",
+                                                     parents=list(parents), **kw)
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -369,7 +371,8 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
     """The subcommand ``name`` of ``parser`` (argparse keeps its subparsers in a private action)."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction) and name in action.choices:
-            return action.choices[name]
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
     return None
 
 

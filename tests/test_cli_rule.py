@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from pybridge.backends import BACKENDS
 from pybridge.cli import build_parser, main
+from pybridge.paths import find_build_file
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -335,3 +336,18 @@ def test_progress_draws_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> N
             assert ("\r" in stream.getvalue()) is drawn and (stream.getvalue() != "") is drawn, (level, stream)
     finally:
         log.setLevel(saved)
+
+
+def test_the_demo_logs_before_its_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first run (cold cache) compiles API-mode bindings: their log lines come before the table,
+    not between its rows (stdout and stderr into one stream, as a terminal shows them)."""
+    if find_build_file("futhark/c/libsaxpy.so") is None:
+        pytest.skip("build/futhark not built: run `make`")
+    monkeypatch.setenv("PYBRIDGE_CACHE", str(tmp_path / "cold"))
+    both = io.StringIO()
+    with contextlib.redirect_stdout(both), contextlib.redirect_stderr(both):
+        assert main(["demo", "saxpy", "--size", "100"]) == 0
+    lines = both.getvalue().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("example "))
+    logged = [i for i, line in enumerate(lines) if line.startswith("pybridge: ")]
+    assert logged and max(logged) < header, lines  # something was compiled, and said so first
