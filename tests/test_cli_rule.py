@@ -13,6 +13,7 @@ import contextlib
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -351,3 +352,24 @@ def test_the_demo_logs_before_its_table(tmp_path: Path, monkeypatch: pytest.Monk
     header = next(i for i, line in enumerate(lines) if line.startswith("example "))
     logged = [i for i, line in enumerate(lines) if line.startswith("pybridge: ")]
     assert logged and max(logged) < header, lines  # something was compiled, and said so first
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("NVCC", "nvcc")) is None, reason="nvcc not on PATH")
+def test_a_cu_build_that_failed_exits_1_and_says_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel whose declaration cannot be used fails the build (it exited 0, listing the problem
+    among the results); nvcc's errors are printed once (they were printed twice)."""
+    monkeypatch.setenv("PYBRIDGE_CACHE", str(tmp_path / "cache"))
+    body = "int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; if (i < n) out[i] = {};"
+    bad_decl = tmp_path / "decl.cu"
+    bad_decl.write_text(f'extern "C" __global__ void bad(float* out /*[m]*/, int64_t n) {{ {body.format("2.0f")} }}\n'
+                        f'extern "C" __global__ void good(float* out /*[n]*/, int64_t n) {{ {body.format("1.0f")} }}\n')
+    rc, out, err = run_cli(["build", str(bad_decl)])
+    assert rc == 1, (out, err)
+    assert err.splitlines() == [f"pybridge build: {bad_decl} line 1: kernel bad: size of 'out' names 'm', which is not a parameter of bad"]
+    assert "kernel good(" in out and "bad" not in out
+    broken = tmp_path / "broken.cu"
+    broken.write_text(f'extern "C" __global__ void k(float* out /*[n]*/, int64_t n) {{ {body.format("undefined_thing")} }}\n')
+    rc, out, err = run_cli(["-q", "build", str(broken)])
+    assert (rc, out) == (1, ""), err
+    assert err.startswith(f"pybridge build: nvcc could not compile {broken}") and "; nvcc said:\n" in err
+    assert err.count('identifier "undefined_thing" is undefined') == 1, err

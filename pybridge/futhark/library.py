@@ -72,6 +72,8 @@ def resolve(name_or_path: str | os.PathLike[str], backend: str | None = None) ->
         return p, p.with_name(f"{stem}.json")
     if os.sep in str(name_or_path) or p.suffix:
         raise FileNotFoundError(f"{name_or_path}: expected a library name, a lib<prog>.so, a <prog>.json or a <prog>.fut")
+    if backend is not None:
+        check_backend(backend)
     found = {b: f for b in BACKENDS if (f := find_build_file(Path("futhark") / b / f"lib{p.name}.so")) is not None}
     if backend in found or (backend is None and found):
         chosen = backend or choose_backend(found, logger=log, name=p.name)
