@@ -339,16 +339,20 @@ def test_progress_draws_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> N
         log.setLevel(saved)
 
 
-def test_the_demo_logs_before_its_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A first run (cold cache) compiles API-mode bindings: their log lines come before the table,
-    not between its rows (stdout and stderr into one stream, as a terminal shows them)."""
+def test_the_demo_logs_before_its_table(tmp_path: Path) -> None:
+    """A first run (cold cache, a fresh process) compiles API-mode bindings: their log lines come
+    before the table, not between its rows (stdout and stderr in one pipe, as a terminal shows them)."""
+    import pybridge
+
     if find_build_file("futhark/c/libsaxpy.so") is None:
         pytest.skip("build/futhark not built: run `make`")
-    monkeypatch.setenv("PYBRIDGE_CACHE", str(tmp_path / "cold"))
-    both = io.StringIO()
-    with contextlib.redirect_stdout(both), contextlib.redirect_stderr(both):
-        assert main(["demo", "saxpy", "--size", "100"]) == 0
-    lines = both.getvalue().splitlines()
+    env = {**os.environ, "PYBRIDGE_CACHE": str(tmp_path / "cold"),
+           "PYTHONPATH": os.pathsep.join([str(Path(pybridge.__file__).resolve().parents[1]),
+                                          *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.run([sys.executable, "-m", "pybridge", "demo", "saxpy", "--size", "100"], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout
+    lines = proc.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("example "))
     logged = [i for i, line in enumerate(lines) if line.startswith("pybridge: ")]
     assert logged and max(logged) < header, lines  # something was compiled, and said so first
