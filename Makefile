@@ -5,11 +5,13 @@
 # `[3/24] futhark c futhark/saxpy.fut` (n: the library's place among all N this run may build, so
 # a partial rebuild skips numbers); `make V=1` prints the commands themselves.
 
-# The Futhark compiler: $FUTHARK, else `futhark` on PATH, else the project-local install that
-# scripts/install-futhark.sh makes in .tools/ (Debian's package, no system-wide change). It is looked
-# up (and, the first time, downloaded: the script says what and how big first) only when a target
-# needs it: FUTHARK below expands once, on first use, so `make clean`, `make cuda` and `make info`
-# never download. The script's messages go to the terminal and to .tools/install-futhark.log.
+# The Futhark compiler: $FUTHARK, else `futhark` on PATH, else this checkout's .tools/bin/futhark,
+# else the per-user install that scripts/install-futhark.sh makes ($PYBRIDGE_TOOLS, else
+# ~/.local/share/pybridge/tools: Debian's package, no system-wide change; the same folder as
+# `pybridge install-futhark`, so an installed pybridge finds it too). It is looked up (and, the first
+# time, downloaded: the script says what and how big first) only when a target needs it: FUTHARK
+# below expands once, on first use, so `make clean`, `make cuda` and `make info` never download.
+# The script's messages go to the terminal and to .tools/install-futhark.log.
 FUTHARK_LOG := .tools/install-futhark.log
 FUTHARK_ORIGIN := $(origin FUTHARK)
 ifeq ($(FUTHARK_ORIGIN),undefined)
@@ -74,7 +76,10 @@ CU_HDRS  := $(wildcard kernels_cu/*.cuh)
 CU_SM    := $(subst sm_,,$(CUDA_ARCH))
 # Machine code for CUDA_ARCH plus PTX of the same level, which the driver JIT-compiles on newer GPUs.
 CU_GENCODE := -gencode arch=compute_$(CU_SM),code=sm_$(CU_SM) -gencode arch=compute_$(CU_SM),code=compute_$(CU_SM)
-NVCCFLAGS ?= -O3 -std=c++17 -lineinfo
+# No -lineinfo: nvcc writes the build folder's absolute path into the line tables of the cubin, the
+# PTX and the library, and `pip install .` ships them (issue 33: no build machine's path in a wheel).
+# To profile with source lines: make cuda NVCCFLAGS='-O3 -std=c++17 -lineinfo'.
+NVCCFLAGS ?= -O3 -std=c++17
 CU_OUTPUTS := $(foreach m,$(CU_MODS),$(CU_DIR)/$(m).cubin $(CU_DIR)/$(m).ptx $(CU_DIR)/lib$(m).so $(CU_DIR)/lib$(m).launchers.json)
 $(call number,$(CU_OUTPUTS))
 CU_STEP = @echo "[$(NUM_$@)/$(words $(CU_OUTPUTS))] $(1) $< -> $@"
@@ -94,8 +99,8 @@ futhark-if-available:
 	@$(if $(HAVE_FUTHARK),$(MAKE) --no-print-directory futhark-libs FUTHARK='$(FUTHARK)',echo "make: $(FUTHARK_MISSING)")
 futhark:
 	@$(if $(HAVE_FUTHARK),$(MAKE) --no-print-directory futhark-libs FUTHARK='$(FUTHARK)',echo "make: $(FUTHARK_MISSING)" >&2; exit 1)
-# The compiler that built the libraries, recorded for the installed package (setup.py ships it in
-# pybridge/_build, pybridge.futhark.build.futhark_compiler reads it).
+# The compiler that built the libraries, recorded for this checkout's own pybridge (pybridge.toolchain
+# reads it only when imported from this checkout; setup.py never ships it: a build machine's path).
 futhark-libs: $(FUT_LIBS)
 	@p=$$(command -v '$(FUTHARK)') && "$$p" --version 2>/dev/null | grep -q '^Futhark' \
 	  && echo "$$(cd "$$(dirname "$$p")" && pwd)/$$(basename "$$p")" > $(BUILD)/futhark-compiler.txt \

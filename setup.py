@@ -3,12 +3,13 @@
 `make` builds the native artefacts into build/ (build/futhark, build/cuda, build/reference);
 setuptools' own outputs go to build/setuptools, apart from them. build_py clears the package's
 pybridge/_build and copies into it what users need: build/futhark, build/cuda, the probe program of
-build/reference (`pybridge demo` and `pybridge bench` run it; with its C), the compiler `make` used
-(futhark-compiler.txt) and scripts/install-futhark.sh (as pybridge/_scripts, for
-`pybridge install-futhark`).
+build/reference (`pybridge demo` and `pybridge bench` run it; with its C) and
+scripts/install-futhark.sh (as pybridge/_scripts, for `pybridge install-futhark`). Never the record
+of the compiler `make` used (build/futhark-compiler.txt): a path of the machine that built the
+wheel, which would choose the program an installed pybridge runs (issue 31).
 
 No libraries built (an sdist, or `pip install .` before `make`): `make` runs first, obtaining the
-Futhark compiler into the per-user data folder unless one is found. If still nothing was built the
+Futhark compiler into the per-user data folder (install-futhark.sh's default) unless one is found. If still nothing was built the
 install fails saying why; PYBRIDGE_ALLOW_NO_LIBRARIES=1 installs without them (pybridge info then
 says so), PYBRIDGE_NO_MAKE=1 never runs make.
 
@@ -39,17 +40,10 @@ ARTEFACTS = ("*.so", "*.json", "*.h", "*.fut", "*.cubin", "*.ptx", "*.fatbin")
 SHIPPED_TEST_PROGRAMS = ("probe",)  # of build/reference: pybridge demo and pybridge bench run it
 # its generated C too: `pybridge bench overhead` builds futhark-ffi's module from it for the comparison
 SHIPPED_TEST_ARTEFACTS = ARTEFACTS + ("*.c",)
-RECORDED_COMPILER = "futhark-compiler.txt"  # pybridge.toolchain.RECORDED_COMPILER
 
 
 def _libraries(build: Path) -> list[Path]:
     return sorted(build.glob("futhark/*/lib*.so")) + sorted(build.glob("cuda/*.cubin")) + sorted(build.glob("cuda/lib*.so"))
-
-
-def _user_tools_dir() -> str:
-    import platformdirs  # pybridge.toolchain.user_tools_dir, without importing the package being built
-
-    return str(platformdirs.user_data_path("pybridge", appauthor=False) / "tools")
 
 
 _MAKE_STATE: dict[str, str] = {}
@@ -64,10 +58,8 @@ def ensure_make_outputs() -> bool:
     if os.environ.get("PYBRIDGE_NO_MAKE") == "1" or not (HERE / "Makefile").is_file():
         return False
     env = {**os.environ, "PYTHON": sys.executable}
-    env.setdefault("PYBRIDGE_TOOLS", _user_tools_dir())
     cmd = ["make", f"-j{min(os.cpu_count() or 1, 4)}"]
-    print(f"pybridge: no libraries in {MAKE_BUILD}: running {' '.join(cmd)} (compiler folder: {env['PYBRIDGE_TOOLS']})",
-          file=sys.stderr)
+    print(f"pybridge: no libraries in {MAKE_BUILD}: running {' '.join(cmd)}", file=sys.stderr)
     try:
         proc = subprocess.run(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     except FileNotFoundError:
@@ -115,8 +107,6 @@ class build_py_with_artefacts(build_py):
             for f in MAKE_BUILD.glob(f"reference/*/*{prog}.*"):
                 if f.stem in (prog, f"lib{prog}") and any(f.match(p) for p in SHIPPED_TEST_ARTEFACTS):
                     self._ship(f, dst / f.relative_to(MAKE_BUILD))
-        if (MAKE_BUILD / RECORDED_COMPILER).is_file():
-            self._ship(MAKE_BUILD / RECORDED_COMPILER, dst / RECORDED_COMPILER)
 
     @staticmethod
     def _ship(src: Path, target: Path) -> None:

@@ -14,6 +14,7 @@ import argparse
 import difflib
 import importlib
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -84,24 +85,29 @@ def built_backends() -> dict[str, list[str]]:
 
 
 def _tool_version(exe: str, last: bool = False) -> str:
+    from .executables import child_env
+
     try:
-        lines = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout.strip().splitlines()
+        lines = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60,
+                               env=child_env()).stdout.strip().splitlines()
     except (OSError, subprocess.SubprocessError) as e:
         return f"does not run ({e})"
     return (lines[-1] if last else lines[0]) if lines else "printed no version"
 
 
 def cmd_info(_: argparse.Namespace) -> int:
-    from .futhark.build import futhark_compiler
+    from .executables import configured
+    from .toolchain import find_futhark, not_found_reason
 
-    fut = futhark_compiler()
-    fut_v = _tool_version(fut) if fut else None
-    nvcc = shutil.which("nvcc")
+    fut = find_futhark()
+    nvcc = configured("NVCC", "nvcc")
     nvcc_v = _tool_version(nvcc, last=True) if nvcc else None
     rows = [
         ("pybridge", f"{version()} ({Path(__file__).parent})"),
         ("python", sys.version.split()[0]),
-        ("futhark compiler", f"{fut_v} ({fut})" if fut else "not found: run `pybridge install-futhark`, or see https://futhark-lang.org/releases/ (or FUTHARK=...)"),
+        ("futhark compiler", f"{_tool_version(fut.path)} ({fut.path}; from {fut.origin})" if fut else
+         f"not found ({not_found_reason()}): run `pybridge install-futhark`, or see https://futhark-lang.org/releases/ "
+         "(or FUTHARK=...)"),
         ("nvcc", f"{nvcc_v} ({nvcc})" if nvcc else "not found (CUDA toolkit)"),
         ("GPU", _gpu_description()),
         ("PyCUDA", _version_of("pycuda") or "not installed (pip install 'pybridge[cuda]')"),
@@ -187,14 +193,30 @@ def cmd_build(ns: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_install_futhark(_: argparse.Namespace) -> int:
-    from .toolchain import ToolchainError, install_futhark
+def cmd_install_futhark(ns: argparse.Namespace) -> int:
+    """The compiler builds use (the same lookup as builds and `pybridge info`); installs one only
+    when none is found, or with --force."""
+    from .toolchain import ToolchainError, find_futhark, install_futhark, not_found_reason, user_tools_dir
 
+    found = find_futhark()
+    if found is not None and not ns.force:
+        log.info("a Futhark compiler is already found: %s (%s), from %s; nothing downloaded (--force installs one "
+                 "into %s anyway)", found.path, _tool_version(found.path), found.origin, user_tools_dir())
+        print(found.path)
+        return 0
+    if found is None and os.environ.get("FUTHARK") and not ns.force:  # an install would not be used
+        print(f"pybridge install-futhark: {not_found_reason()}; fix or unset it ($FUTHARK comes before any install)",
+              file=sys.stderr)
+        return 1
     try:
-        print(install_futhark())
+        installed = install_futhark()
     except ToolchainError as e:
         print(f"pybridge install-futhark: {e}", file=sys.stderr)
         return 1
+    used = find_futhark()
+    if used is not None and used.path != installed:
+        log.warning("installed %s, but builds use %s (from %s), which comes first", installed, used.path, used.origin)
+    print(installed)
     return 0
 
 
@@ -305,8 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .package.commands import add_commands as add_package_commands
 
     add_package_commands(sub, parents=parents, subcommand=_subcommand)  # package, stubs
-    _subcommand(sub, "install-futhark", "obtain the Futhark compiler for this user (per-user data folder) unless one is found",
-                parents).set_defaults(func=cmd_install_futhark)
+    i = sub.add_parser("install-futhark", parents=parents, help="obtain the Futhark compiler for this user (per-user data folder) unless one is found",
+                       description="Print the Futhark compiler pybridge uses ($FUTHARK, PATH, the checkout pybridge is imported "
+                                   "from, the per-user install); when there is none, install Debian's package into the per-user "
+                                   "folder ($PYBRIDGE_TOOLS, else the user data folder).")
+    i.add_argument("--force", action="store_true", help="install into the per-user folder even when a compiler is found")
+    i.set_defaults(func=cmd_install_futhark)
     sub.add_parser("bench", help="benchmarks: overhead, exchange, fusion, bandwidth, matmul, all; scaling (pybridge bench -h)",
                    add_help=False)
     return p

@@ -30,15 +30,24 @@ class UsageError(PybridgeError, ValueError):
     """Bad input found after parsing (an option that does not apply, say): one line, exit 2."""
 
 
-def positive_int(text: str) -> int:
-    """argparse type of counts and sizes: 0 or a negative number would time nothing (or divide by it)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1 (a positive integer), got {value}")
-    return value
+def at_least(minimum: int) -> Callable[[str], int]:
+    """argparse type of a whole number >= ``minimum``."""
+
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a number >= {minimum}" + (" (a positive integer)" if minimum == 1 else "")
+                                             + f", got {value}")
+        return value
+
+    return whole_number
+
+
+# Counts and sizes: 0 or a negative number would time nothing (or divide by it).
+positive_int = at_least(1)
 
 
 def positive_int_list(text: str) -> str:
@@ -47,6 +56,19 @@ def positive_int_list(text: str) -> str:
         return ",".join(str(positive_int(w.strip())) for w in text.split(","))
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers >= 1 such as 1,2,4, got {text!r}") from None
+
+
+def choice_list(valid: Iterable[str]) -> Callable[[str], str]:
+    """argparse type of comma-separated names, each one of ``valid``; the same text back."""
+    choices = tuple(valid)
+
+    def names(text: str) -> str:
+        unknown = [n for n in (w.strip() for w in text.split(",")) if n not in choices]
+        if unknown or not text.strip():
+            raise argparse.ArgumentTypeError(f"expected comma-separated names of {', '.join(choices)}, got {text!r}")
+        return text
+
+    return names
 
 
 def positive_float(text: str) -> float:

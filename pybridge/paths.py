@@ -1,11 +1,12 @@
 """Where the artefacts that ``make`` built are found.
 
 ``make`` writes into ``build/`` of the checkout; ``pip install .`` copies what users need of that
-tree (``build/futhark``, ``build/cuda``, the probe program of ``build/reference``, the compiler
-record) into the installed package as ``pybridge/_build``. Lookup order: ``$PYBRIDGE_BUILD``, the
-source checkout's ``build/`` (only when this package is imported from a checkout), the installed
-``pybridge/_build``, then ``./build`` of the current directory (the test programs of
-``build/reference`` when the tests of a checkout run against the installed package).
+tree (``build/futhark``, ``build/cuda``, the probe program of ``build/reference``) into the
+installed package as ``pybridge/_build``. Lookup order: ``$PYBRIDGE_BUILD``, the source checkout's
+``build/`` (only when this package is imported from a checkout), the installed ``pybridge/_build``.
+Never the current directory: loading a library runs its code, and ``./build`` may be someone
+else's checkout (issue 31). The tests of a checkout run against the installed package name the
+checkout's ``build/`` in ``$PYBRIDGE_BUILD`` (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ def build_dirs() -> list[Path]:
     if checkout is not None:
         candidates.append(checkout / "build")  # imported from a clone
     candidates.append(_PACKAGE_DIR / "_build")  # installed with the libraries as package data
-    candidates.append(Path.cwd() / "build")
     seen: set[Path] = set()
     found: list[Path] = []
     for c in candidates:

@@ -5,8 +5,9 @@
 set -u
 export PYTHONUNBUFFERED=1 PYBRIDGE_GPU_EXAMPLES=${PYBRIDGE_GPU_EXAMPLES:-20}
 source .gpu-wheels/install.sh
-# The Futhark compiler, when carried (tar of .tools/futhark + .tools/bin, made on the development
-# machine): tests that build a .fut for cuda there (pf.load("x.fut", backend="cuda")) then run.
+# The Futhark compiler, when carried (.carry-futhark/futhark.tar.xz, made on the development machine
+# by scripts/prepare-device-carry.sh --futhark-only): tests that build a .fut for cuda there
+# (pf.load("x.fut", backend="cuda")) then run.
 if [ -f .carry-futhark/futhark.tar.xz ] && [ -z "${FUTHARK:-}" ]; then
   mkdir -p /tmp/futhark-tools && tar xJf .carry-futhark/futhark.tar.xz -C /tmp/futhark-tools \
     && export FUTHARK=/tmp/futhark-tools/bin/futhark && echo "futhark: $($FUTHARK --version | head -1)"

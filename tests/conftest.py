@@ -7,8 +7,9 @@ Futhark API tests run on the real compiler's output for the reference programs
 Which pybridge is tested: the README's test command (`.venv/bin/pytest -rs tests`) imports the
 installed package, not ./pybridge (pytest's entry point does not put the checkout on sys.path; the
 tests/ folder it adds holds no package). Then the test-only outputs of the checkout (build/reference)
-are found after the installed package's own pybridge/_build through $PYBRIDGE_BUILD, and child
-Pythons get PYTHONSAFEPATH=1 so that a `python -c` run in the checkout imports the installed package
+are found after the installed package's own pybridge/_build through $PYBRIDGE_BUILD, the compiler
+this checkout's make used through $FUTHARK where the installed package finds none of its own (it
+never reads a checkout's files: issue 31), and child Pythons get PYTHONSAFEPATH=1 so that a `python -c` run in the checkout imports the installed package
 too (Python >= 3.11). The header names the pybridge under test and warns when the source tree was
 imported while a non-editable pybridge is installed (`python -m pytest` in the checkout does that;
 the GPU scripts do it on purpose); with PYBRIDGE_TEST_INSTALLED=1 (.ci/run) such a run stops at once.
@@ -62,6 +63,15 @@ if not FROM_SOURCE_TREE:
     os.environ.setdefault("PYTHONSAFEPATH", "1")
     if "PYBRIDGE_BUILD" not in os.environ and (ROOT / "build").is_dir():
         os.environ["PYBRIDGE_BUILD"] = os.pathsep.join([str(PYBRIDGE_DIR / "_build"), str(ROOT / "build")])
+    from pybridge.toolchain import RECORDED_COMPILER, futhark_compiler
+
+    if "FUTHARK" not in os.environ and futhark_compiler() is None:
+        record = ROOT / "build" / RECORDED_COMPILER
+        made = record.read_text().strip() if record.is_file() else ""
+        for exe in (made, str(ROOT / ".tools" / "bin" / "futhark")):
+            if os.path.isabs(exe) and os.access(exe, os.X_OK):
+                os.environ["FUTHARK"] = exe
+                break
 
 
 # The tests never write into the user's cache (platformdirs' ~/.cache/pybridge, or a $PYBRIDGE_CACHE
@@ -170,3 +180,23 @@ def have_cc() -> str:
     if not cc:
         pytest.skip("no C compiler")
     return cc
+
+
+def dask_and_futhark_or_skip() -> tuple[Any, Any]:
+    """(dask.array, distributed) for the pybridge.dask tests, called at module level: the module is
+    skipped, saying what to install, without dask or without the Futhark compiler (which builds
+    the libraries the workers load)."""
+    da = pytest.importorskip("dask.array", reason="dask is not installed: pip install '.[dask]'")
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
+    from pybridge.futhark.build import futhark_compiler
+
+    if futhark_compiler() is None:
+        pytest.skip("the Futhark compiler is not installed (scripts/install-futhark.sh or FUTHARK=...)", allow_module_level=True)
+    return da, distributed
+
+
+def library_or_source(program: str, backend: str = "c") -> str:
+    """futhark/<program>.fut as `make` built it for ``backend``, else the source (compiled on first
+    use by pybridge, cached): the pybridge.dask tests load either."""
+    built = find_build_file(f"futhark/{backend}/lib{program}.so")
+    return str(built) if built is not None else str(Path(__file__).resolve().parents[1] / "futhark" / f"{program}.fut")

@@ -78,7 +78,8 @@ def test_user_program_builds_and_loads_in_one_call(tmp_path, monkeypatch, backen
 def test_installed_package_ships_programs_but_no_test_data(tmp_path):
     """What `pip install .` puts in the package (setup.py's build_py): futhark/ programs and CUDA
     kernels that `make` built, of build/reference/ only the probe program (pybridge demo and bench
-    run it; never the other test programs or any test double), and the compiler make used."""
+    run it; never the other test programs or any test double), and never the record of the compiler
+    make used (a path of the machine that built it, issue 31)."""
     if not (ROOT / "build" / "futhark" / "c" / "libsaxpy.so").exists():
         pytest.skip("build/futhark/c/libsaxpy.so not built: run `make` (it obtains the Futhark compiler)")
     pytest.importorskip("setuptools", minversion="64", reason="setup.py needs setuptools >= 64 (pip install '.[test]')")
@@ -86,7 +87,7 @@ def test_installed_package_ships_programs_but_no_test_data(tmp_path):
     subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib_dir)],
                    cwd=ROOT, check=True, capture_output=True)
     shipped = lib_dir / "pybridge" / "_build"
-    assert {p.name for p in shipped.iterdir()} <= {"cuda", "futhark", "reference", "futhark-compiler.txt"}
+    assert {p.name for p in shipped.iterdir()} <= {"cuda", "futhark", "reference"}
     shipped_tests = {p.name for p in shipped.glob("reference/*/*")}
     assert shipped_tests and all(n.split(".")[0] in ("probe", "libprobe") for n in shipped_tests), shipped_tests
     assert {p.name for p in (shipped / "futhark").iterdir()} >= {"c", "multicore"}

@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-da = pytest.importorskip("dask.array", reason="dask is not installed: pip install '.[dask]'")
-distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
+from conftest import dask_and_futhark_or_skip, library_or_source  # noqa: E402
+
+pytestmark = pytest.mark.futhark
+da, distributed = dask_and_futhark_or_skip()
 
 import dask  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -26,12 +28,6 @@ from hypothesis import strategies as st  # noqa: E402
 
 import pybridge.futhark as pf  # noqa: E402
 from pybridge.dask import blocks, workers  # noqa: E402
-from pybridge.futhark.build import futhark_compiler  # noqa: E402
-from pybridge.paths import find_build_file  # noqa: E402
-
-pytestmark = pytest.mark.futhark
-if futhark_compiler() is None:
-    pytest.skip("the Futhark compiler is not installed (scripts/install-futhark.sh or FUTHARK=...)", allow_module_level=True)
 
 import pybridge.dask as pbd  # noqa: E402
 
@@ -40,14 +36,8 @@ CHUNKY = ROOT / "tests" / "programs" / "chunky.fut"
 BACKENDS = ["c", "multicore"]
 
 
-def lib_path(prog: str, backend: str) -> str:
-    """The library `make` built, else the program compiled here (cached by source hash)."""
-    built = find_build_file(f"futhark/{backend}/lib{prog}.so")
-    return str(built) if built is not None else str(ROOT / "futhark" / f"{prog}.fut")
-
-
 def ref(prog: str, name: str, backend: str = "c", **config):
-    path = str(CHUNKY) if prog == "chunky" else lib_path(prog, backend)
+    path = str(CHUNKY) if prog == "chunky" else library_or_source(prog, backend)
     return pbd.entry(path, name, backend=backend, **config)
 
 
@@ -261,7 +251,7 @@ def test_a_chunked_size_tied_to_a_whole_array_must_be_one_chunk():
 
 
 def test_without_the_source_all_chunks_must_match(tmp_path):
-    so = Path(lib_path("saxpy", "c"))
+    so = Path(library_or_source("saxpy", "c"))
     if so.suffix == ".fut":
         so = Path(pf.load(str(so), backend="c").path)
     for f in (so, so.with_name("saxpy.json")):
@@ -289,9 +279,9 @@ def test_bad_arguments_are_named_on_the_client():
     with pytest.raises(TypeError, match="no argument is a dask array"):
         pbd.map_blocks(s, 1.0, np.ones(3, np.float32), np.ones(3, np.float32))
     with pytest.raises(KeyError, match="no entry point 'saxpyy'"):
-        pbd.entry(lib_path("saxpy", "c"), "saxpyy", backend="c")
+        pbd.entry(library_or_source("saxpy", "c"), "saxpyy", backend="c")
     with pytest.raises(TypeError, match="unknown Futhark configuration"):
-        pbd.entry(lib_path("saxpy", "c"), "saxpy", backend="c", nthreads=2)
+        pbd.entry(library_or_source("saxpy", "c"), "saxpy", backend="c", nthreads=2)
 
 
 def test_result_kinds_that_do_not_make_blocks_are_refused():
@@ -307,7 +297,7 @@ def test_result_kinds_that_do_not_make_blocks_are_refused():
 
 
 def test_entry_from_a_loaded_library_keeps_its_options():
-    lib = pf.load(lib_path("saxpy", "multicore"), backend="multicore", num_threads=2)
+    lib = pf.load(library_or_source("saxpy", "multicore"), backend="multicore", num_threads=2)
     r = pbd.entry(lib.saxpy)
     assert r.library.options == {"num_threads": 2} and r.library.backend == "multicore"
     x = chunked(np.arange(10, dtype=np.float32), 4)
@@ -394,20 +384,6 @@ def test_import_without_dask_says_how_to_install():
     code = "import sys; sys.modules['dask'] = None; sys.modules['dask.array'] = None\nimport pybridge.dask"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode != 0 and "pip install 'pybridge[dask]'" in proc.stderr
-
-
-def test_scaling_benchmark_rows():
-    import argparse
-
-    from pybridge.bench import scaling
-
-    p = argparse.ArgumentParser()
-    scaling.add_arguments(p)
-    rows = scaling.run(p.parse_args(["--workers", "1", "--saxpy-size", "5000", "--matmul-size", "24", "--repeat", "1"]))
-    assert [r["benchmark"] for r in rows] == ["saxpy strong"] * 4 + ["saxpy weak"] * 3 + ["matmul strong"] * 4 + ["matmul weak"] * 3
-    assert all(r["median_us"] > 0 and r["size"] > 0 and r["impl"] for r in rows) and scaling.HELP
-    assert {r["impl"] for r in rows} == {"direct (no Dask, 1 device)", "dask 1 worker", "Dask + NumPy, same graph, 1 worker",
-                                         "Dask alone (blocks passed through), 1 worker"}
 
 
 def test_a_scattered_whole_argument_is_not_shipped_with_each_graph():

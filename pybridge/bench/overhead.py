@@ -157,7 +157,9 @@ def _futhark_ffi_row(b: str, so: Any, calls: int, repeat: int) -> dict[str, Any]
         shutil.copy(so.with_name(f"probe.{ext}"), tmp)
     # `python -m futhark_ffi.build` does nothing in 0.16 (no __main__ guard): call main().
     code = "import sys; sys.argv=['build','probe']; import futhark_ffi.build as b; b.main()"
-    env = dict(os.environ)
+    from ..executables import child_env
+
+    env = child_env()  # run in tmp (ours): python -c imports from there first
     cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
     if Path(cuda_home, "include", "cuda.h").exists():  # cuda backend: futhark-ffi's cffi build needs the headers
         env["CFLAGS"] = f"{env.get('CFLAGS', '')} -I{cuda_home}/include".strip()

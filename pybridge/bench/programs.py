@@ -33,7 +33,6 @@ there (random datasets drawn with NumPy as ``futhark dataset`` draws them).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import statistics
@@ -48,6 +47,7 @@ import numpy as np
 
 from ..cliargs import backend_list, existing_dir, existing_file, output_dir, positive_float
 from ..errors import PybridgeError
+from ..executables import child_env
 from .common import gpu_status, positive_int, row, show, skipped
 
 HELP = "real programs: pybridge on resident handles vs the Futhark compiler's own executable (futhark <backend>; -r N -t)"
@@ -153,7 +153,7 @@ def parse_program(path: Path) -> Program:
 
 
 def _dataset_tool(futhark: str, args: list[str], stdin: bytes | None = None) -> bytes:
-    proc = subprocess.run([futhark, "dataset", "-b", *args], input=stdin, capture_output=True)
+    proc = subprocess.run([futhark, "dataset", "-b", *args], input=stdin, capture_output=True, env=child_env())
     if proc.returncode != 0:
         raise ProgramError(f"futhark dataset {' '.join(args)} failed: {proc.stderr.decode()[-200:]}")
     return proc.stdout
@@ -263,7 +263,9 @@ def compile_executable(futhark: str, src: Path, backend: str, work: Path) -> Pat
     if not dst.exists():
         shutil.copytree(src.parent, dst, ignore=shutil.ignore_patterns("*.c", "*.so", "data", "__pycache__"))
     exe = dst / src.stem
-    proc = subprocess.run([futhark, backend, "-o", str(exe), str(dst / src.name)], capture_output=True, text=True)
+    # futhark runs the C compiler ($CC, else cc) itself: by PATH's absolute folders only
+    proc = subprocess.run([futhark, backend, "-o", str(exe), str(dst / src.name)], capture_output=True, text=True,
+                          env=child_env())
     if proc.returncode != 0:
         raise ProgramError(f"futhark {backend} {src.name} failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
     return exe
@@ -424,7 +426,7 @@ def prepare(futhark: str, files: list[Path], backend: str, out: Path) -> list[di
             (d / "lib").mkdir(parents=True, exist_ok=True)
             (d / "data").mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, d / f.name)
-            env = {**os.environ, "CC": "true"}  # the C only: compiled where the GPU is
+            env = child_env(CC="true")  # the C only: compiled where the GPU is
             for cmd in ([futhark, backend, "-o", str(d / "exe" / f.stem), str(f)],
                         [futhark, backend, "--library", "-o", str(d / "lib" / f.stem), str(f)]):
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -443,7 +445,7 @@ def prepare(futhark: str, files: list[Path], backend: str, out: Path) -> list[di
 
 def compile_prepared(d: Path, backend: str) -> tuple[Program, Path, Path]:
     """(program, executable, library) from a ``--prepare`` folder, compiled here."""
-    from ..futhark.build import LINK_FLAGS, _cuda13_compat, _cuda_dirs, _run, compile_library
+    from ..futhark.build import LINK_FLAGS, _cuda13_compat, _cuda_dirs, _run, c_compiler, compile_library
 
     srcs = sorted(d.glob("*.fut"))
     if not srcs:
@@ -454,7 +456,7 @@ def compile_prepared(d: Path, backend: str) -> tuple[Program, Path, Path]:
     cflags, ldflags = _cuda_dirs() if backend == "cuda" else ([], [])
     if backend == "cuda":
         _cuda13_compat(exe_c, Path(cflags[0][2:]) / "cuda.h")
-    cc = os.environ.get("CC", "cc")  # the flags futhark <backend> uses for its executables
+    cc = c_compiler()  # with the flags futhark <backend> uses for its executables
     _run([cc, "-O3", "-std=c99", *cflags, "-o", str(exe), str(exe_c), *ldflags, *LINK_FLAGS[backend]], "C compiler")
     so = compile_library(d / "lib" / f"{stem}.c", backend, d / "lib" / f"lib{stem}.so")
     return prog, exe, so

@@ -348,8 +348,12 @@ def machine_meta(command: str) -> dict[str, Any]:
         try:
             import subprocess
 
-            name = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                  capture_output=True, text=True, timeout=20).stdout.strip() or "present"
+            from ..executables import child_env, find
+
+            smi = find("nvidia-smi")
+            name = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True,
+                                  text=True, timeout=20, env=child_env()).stdout.strip() if smi else ""
+            name = name or "present"
         except Exception:  # noqa: BLE001
             name = "present"
     return {"command": command, "machine": f"{platform.node()} {platform.machine()}", "gpu": name,

@@ -6,7 +6,9 @@
 (``pybridge.cuda.compile(text)`` and ``pybridge.cuda.load_module("my_kernels.cu")`` build and load;
 ``pybridge build my_kernels.cu`` builds from the command line.)
 
-**Flags.** The Makefile's (:data:`NVCC_FLAGS`: ``-O3 -std=c++17 -lineinfo``) followed by the caller's
+**Flags.** The Makefile's plus -lineinfo (:data:`NVCC_FLAGS`: ``-O3 -std=c++17 -lineinfo``: these
+builds stay on this machine, where line tables help a profiler; the Makefile's ship in the wheel,
+so they leave out the build folder's path) followed by the caller's
 ``options`` (an ``-O`` or ``-std`` there replaces the default one): machine code (cubin) for the
 architecture and PTX of the same level, which the driver JIT-compiles where the cubin does not run.
 The compile goes through PyCUDA's compiler (``pycuda.compiler.compile``, its own cache off) when
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from ..executables import child_env, configured
 from ..paths import cache_dir
 from .context import compute_capability, have_pycuda
 from .declarations import SourceDeclarations, read_declarations
@@ -62,7 +65,7 @@ __all__ = [
     "parse_diagnostics",
 ]
 
-#: The Makefile's NVCCFLAGS.
+#: The Makefile's NVCCFLAGS plus -lineinfo (the module docstring says why).
 NVCC_FLAGS: tuple[str, ...] = ("-O3", "-std=c++17", "-lineinfo")
 _CACHE_VERSION = "pybridge-cuda-cache-1"  # bump when the entry layout or key changes
 # Environment variables nvcc reads as extra flags: they change the output, so they are in the key.
@@ -172,7 +175,7 @@ def default_arch(device: int = 0) -> str:
 
 def _nvcc() -> str:
     exe = os.environ.get("NVCC") or "nvcc"
-    found = shutil.which(exe)
+    found = configured("NVCC", "nvcc")  # PATH's absolute folders only (pybridge.executables)
     if found is None:
         raise CompileError(
             f"the CUDA compiler {exe!r} was not found: install the CUDA toolkit "
@@ -189,7 +192,7 @@ def _nvcc_identity(nvcc: str) -> tuple[str, Path]:
     """(nvcc --version text, the toolkit root whose headers the version covers), once per process."""
     with _version_lock:
         if nvcc not in _versions:
-            proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
+            proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True, env=child_env())
             if proc.returncode != 0:
                 raise CompileError(f"{nvcc} --version failed", proc.stdout + proc.stderr, [nvcc, "--version"])
             # /usr/local/bin/nvcc may be a wrapper script: the toolkit is where nvcc -MM finds
@@ -203,7 +206,7 @@ def _toolkit_root(nvcc: str) -> Path:
     with tempfile.TemporaryDirectory(prefix="pybridge-nvcc-") as d:
         empty = Path(d) / "empty.cu"
         empty.write_text("")
-        proc = subprocess.run([nvcc, "-MM", str(empty)], capture_output=True, text=True)
+        proc = subprocess.run([nvcc, "-MM", str(empty)], capture_output=True, text=True, env=child_env())
     for dep in _make_deps(proc.stdout):
         if dep.name == "cuda_runtime.h":
             return dep.resolve().parent.parent  # <toolkit>/targets/<triple>/include -> <toolkit>/targets/<triple>
@@ -389,7 +392,7 @@ class _Cache:
             src = Path(d) / "source.cu"
             src.write_text(job.compile_text)
             cmd = [job.nvcc, "-MM", *job.flags, f"-arch={job.compute}", str(src)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
             if proc.returncode != 0:
                 raise CompileError(f"nvcc could not read the includes of {job.display}", proc.stdout + proc.stderr, cmd)
             deps = _make_deps(proc.stdout)
@@ -555,7 +558,7 @@ def _compile_nvcc(job: _Job, target: str, arch: str, out: Path) -> tuple[bytes, 
     src.write_text(job.compile_text)
     dest = out / f"compile.{target}"
     cmd = [job.nvcc, f"--{target}", f"-arch={arch}", *job.flags, "-o", str(dest), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
     src.unlink(missing_ok=True)
     if proc.returncode != 0 or not dest.is_file():
         raise CompileError(f"nvcc could not compile {job.display} ({target} for {arch})", proc.stdout + proc.stderr, cmd)

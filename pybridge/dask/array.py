@@ -92,6 +92,7 @@ def map_blocks(target: Any, *args: Any, chunks: Sequence[Sequence[int]] | None =
         blocks.map_block,
         *(_whole(a) for a in args),
         entry=ref,
+        grid=blocks.Grid(out_chunks),
         chunks=out_chunks,
         drop_axis=list(range(len(out_chunks), rank)),  # a result of lower rank drops trailing axes
         dtype=dtype,

@@ -25,11 +25,16 @@ from ..futhark.gpustream import futhark_stream
 from ..futhark.types import PRIMITIVES
 from ..ordering import LEGACY
 from .refs import EntryRef
-from .workers import DEVICE_ENV, Slot, device_ordinal, worker_device, worker_slot
+from .workers import DEVICE_ENV, Slot, device_ordinal, worker_device, worker_label, worker_slot
 
 
 def is_device_array(x: Any) -> bool:
     return hasattr(x, "__cuda_array_interface__") and not isinstance(x, ArrayHandle)
+
+
+def array_module(x: Any) -> Any:
+    """``cupy`` for a device array, ``numpy`` otherwise: code that runs on both kinds of block."""
+    return _cupy() if is_device_array(x) else np
 
 
 def _cupy() -> Any:
@@ -126,10 +131,14 @@ def describe_block(block: Sequence[int] | None, nblocks: Sequence[int] | None, l
 
 
 def named_error(e: FutharkError, entry: EntryRef, where: str, block: Sequence[int] | None) -> FutharkError:
-    """The same kind of error, saying which entry point failed on which chunk."""
-    new = type(e)(f"{entry.name} failed on {where}: {e.message}", e.code, e.function)
+    """The same kind of error, saying which entry point failed on which chunk, and on which worker
+    (when it ran on one)."""
+    worker = worker_label()
+    on = f" on {worker}" if worker else ""
+    new = type(e)(f"{entry.name} failed on {where}{on}: {e.message}", e.code, e.function)
     new.entry = entry.name  # type: ignore[attr-defined]
     new.block = None if block is None else tuple(block)  # type: ignore[attr-defined]
+    new.worker = worker  # type: ignore[attr-defined]
     return new
 
 
@@ -169,10 +178,33 @@ def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequen
                 h.free()
 
 
-def map_block(*args: Any, entry: EntryRef, block_info: dict[Any, Any] | None = None) -> Any:
-    """The task function of ``pybridge.dask.map_blocks`` (Dask fills in ``block_info``)."""
-    out = (block_info or {}).get(None, {})
-    return call_entry(entry, args, out.get("chunk-location"), out.get("num-chunks"), out.get("array-location"))
+class Grid:
+    """A result's chunks, handed to every task of a graph once: an object Dask does not walk into
+    when it looks for collections among the arguments (a tuple of 256 chunks would be walked)."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self, chunks: Sequence[Sequence[int]]):
+        self.chunks = tuple(tuple(int(n) for n in c) for c in chunks)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Grid, (self.chunks,))
+
+    def __dask_tokenize__(self) -> Any:
+        return ("pybridge-grid", self.chunks)
+
+
+def map_block(*args: Any, entry: EntryRef, grid: Grid | None = None,
+              block_id: Sequence[int] | None = None) -> Any:
+    """The task function of ``pybridge.dask.map_blocks``: Dask fills in ``block_id``; ``grid``
+    (the result's chunks, given once for the whole graph) places the block for error messages. (Dask's
+    ``block_info`` would say the same, but builds a dict per block on the client: several times
+    Dask's own cost per task.)"""
+    location = None
+    if block_id is not None and grid is not None:
+        location = [(sum(c[:i]), sum(c[: i + 1])) for c, i in zip(grid.chunks, block_id)]
+    nblocks = None if grid is None else tuple(len(c) for c in grid.chunks)
+    return call_entry(entry, args, block_id, nblocks, location)
 
 
 def reduce_block(entry: EntryRef, block: tuple[int, ...], nblocks: tuple[int, ...], *args: Any) -> Any:

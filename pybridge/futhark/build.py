@@ -26,7 +26,7 @@ from pathlib import Path
 
 from filelock import Timeout
 
-from .. import cache, toolchain
+from .. import cache, executables, toolchain
 from ..paths import cache_dir
 from ..backends import check_backend, choose_backend
 from .csource import MARK, harden_file
@@ -65,9 +65,18 @@ class BuildError(PybridgeError, RuntimeError):
 
 
 def futhark_compiler() -> str | None:
-    """$FUTHARK, else ``futhark`` on PATH, else the compiler ``make`` recorded, the checkout's
-    .tools/, the per-user install (:mod:`pybridge.toolchain`)."""
+    """$FUTHARK, else ``futhark`` on PATH, else the checkout pybridge is imported from, else the
+    per-user install (:mod:`pybridge.toolchain`, the one lookup)."""
     return toolchain.futhark_compiler()
+
+
+def c_compiler(cc: str | None = None) -> str:
+    """``cc`` (a name on PATH or a path), else $CC, else ``cc`` on PATH (absolute folders only:
+    :mod:`pybridge.executables`); BuildError if it is not there."""
+    found = executables.find(cc) if cc else executables.configured("CC", "cc")
+    if found is None:
+        raise BuildError(f"C compiler not found: {cc or os.environ.get('CC') or 'cc'} (set $CC, or put one on PATH)")
+    return found
 
 
 def cuda_home() -> Path:
@@ -75,14 +84,14 @@ def cuda_home() -> Path:
     be a wrapper script), else /usr/local/cuda."""
     if os.environ.get("CUDA_HOME"):
         return Path(os.environ["CUDA_HOME"])
-    nvcc = shutil.which(os.environ.get("NVCC", "nvcc"))
+    nvcc = executables.configured("NVCC", "nvcc")
     home = Path(nvcc).resolve().parent.parent if nvcc else None
     return home if home is not None and (home / "include" / "cuda.h").is_file() else Path("/usr/local/cuda")
 
 
 def cuda_toolkit() -> tuple[bool, str]:
     """Whether the cuda backend can be built here: nvcc and the toolkit's cuda.h and nvrtc.h."""
-    if shutil.which(os.environ.get("NVCC", "nvcc")) is None:
+    if executables.configured("NVCC", "nvcc") is None:
         return False, "nvcc not found"
     for header in ("cuda.h", "nvrtc.h"):  # Futhark's cuda backend includes both
         if not (cuda_home() / "include" / header).is_file():
@@ -119,10 +128,10 @@ def build_program(
     backend = default_backend() if backend is None else check_backend(backend)
     if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise ValueError(f"out_dir: {out_dir} exists and is not a directory")
-    compiler = futhark or futhark_compiler()
+    compiler = executables.find(futhark) if futhark else futhark_compiler()
     if compiler is None:
-        raise BuildError(f"the Futhark compiler was not found. {INSTALL_HINT}")
-    cc = cc or os.environ.get("CC", "cc")
+        why = f"futhark: {futhark} is not an executable file or a program on PATH" if futhark else toolchain.not_found_reason()
+        raise BuildError(f"the Futhark compiler was not found ({why}). {INSTALL_HINT}")
     stem = src.stem
     digest = _digest(src, backend, compiler)
     # The cache folder's name: the program's name in portable characters (the compilers see this
@@ -173,7 +182,7 @@ def _touch(path: Path) -> None:
 @functools.lru_cache(maxsize=16)
 def _version_of(compiler: str, mtime_ns: int) -> str:
     try:
-        return subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+        return subprocess.run([compiler, "--version"], capture_output=True, text=True, env=executables.child_env()).stdout
     except OSError as e:
         raise BuildError(f"futhark not runnable: {compiler}: {e}") from None
 
@@ -292,7 +301,7 @@ def _publish(tmp: Path, out: Path, last: tuple[str, ...]) -> None:
 def compile_library(c_file: str | os.PathLike[str], backend: str, so: str | os.PathLike[str], cc: str | None = None) -> Path:
     """The C compiler step alone: ``<prog>.c`` that ``futhark <backend> --library`` wrote ->
     ``lib<prog>.so`` (for C generated on another machine, e.g. where nvcc is but futhark is not)."""
-    cc = cc or os.environ.get("CC", "cc")
+    cc = c_compiler(cc)
     cflags, ldflags = _cuda_dirs() if backend == "cuda" else ([], [])
     if backend == "cuda":
         _cuda13_compat(Path(c_file), Path(cflags[0][2:]) / "cuda.h")
@@ -309,7 +318,8 @@ def _accepts(cc: str, flag: str) -> bool:
         src = Path(tmp) / "empty.c"
         src.write_text("int pybridge_empty;\n")
         try:
-            proc = subprocess.run([cc, flag, "-Werror", "-c", "-o", str(Path(tmp) / "empty.o"), str(src)], capture_output=True)
+            proc = subprocess.run([cc, flag, "-Werror", "-c", "-o", str(Path(tmp) / "empty.o"), str(src)], capture_output=True,
+                                  env=executables.child_env())
         except OSError:
             return False
         return proc.returncode == 0
@@ -329,7 +339,7 @@ def _cuda13_compat(c_file: Path, cuda_h: Path) -> None:
 
 def _run(cmd: list[str], what: str) -> None:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=executables.child_env())
     except FileNotFoundError:
         raise BuildError(f"{what} not found: {cmd[0]}") from None
     if proc.returncode != 0:

@@ -13,9 +13,9 @@ import difflib
 import logging
 import os
 import subprocess
-import sys
 import threading
 import time
+import uuid
 import warnings
 import weakref
 from importlib.machinery import EXTENSION_SUFFIXES
@@ -24,9 +24,10 @@ from typing import Any, Iterator
 
 import cffi
 
-from ..paths import build_dirs, find_build_file, source_checkout
 from .. import backends
 from ..backends import BACKENDS, check_backend, choose_backend
+from ..executables import child_env, python_command
+from ..paths import build_dirs, find_build_file, source_checkout
 from .binding import LINK_PROBE, LINKED_FUNCTION, api_module_key, bind_abi, bind_api, bind_prebuilt
 from .build import cuda_home
 from .cdef import RAW_POINTER_CTYPE, cdef_for
@@ -44,7 +45,8 @@ from .source import SourceInfo, load_source
 
 log = logging.getLogger(__name__)
 
-_open_libraries: "weakref.WeakValueDictionary[str, Library]" = weakref.WeakValueDictionary()
+_open_libraries: "weakref.WeakValueDictionary[str, Library]" = weakref.WeakValueDictionary()  # by key, latest
+_libraries_by_instance: "weakref.WeakValueDictionary[str, Library]" = weakref.WeakValueDictionary()
 _open_lock = threading.Lock()
 
 
@@ -182,8 +184,10 @@ class Library:
             if spelling.isidentifier() and not hasattr(type(self), spelling) and spelling not in self.__dict__:
                 self.__dict__[spelling] = self.entry_points[exact]
         self.key = f"{self.path}::{self.backend}"
+        self.instance = uuid.uuid4().hex  # this Library among others of the same file (pickling, copies)
         with _open_lock:
             _open_libraries[self.key] = self
+            _libraries_by_instance[self.instance] = self
 
     def _bind_abi(self, cdef: str, where: object) -> tuple[Any, Any]:
         """ABI mode, refusing a manifest that names functions the library does not export (a
@@ -346,33 +350,40 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[:200]}"
 
 
-def library_for_key(key: str) -> Library:
-    """An open library for a pickled value's key, loading it again if needed."""
+def library_for_key(key: str, instance: str | None = None) -> Library:
+    """The library a pickled or copied value goes into: the very Library it came from (``instance``)
+    while that is open in this process; else the most recently loaded open library of the same file
+    and backend (``key``); else that file loaded again (default mode and configuration)."""
     with _open_lock:
-        lib = _open_libraries.get(key)
-    if lib is not None and not lib.closed:
-        return lib
+        own = _libraries_by_instance.get(instance) if instance else None
+        latest = _open_libraries.get(key)
+    for lib in (own, latest):
+        if lib is not None and lib.key == key and not lib.closed:
+            return lib
     path, backend = key.rsplit("::", 1)
     return load(path, backend=backend)
 
 
-# Pickling handles: a handle pickles as (library key, type name, data) and unpickles by loading
-# that library again (or finding it open). Registered here, the one layer that can load a library,
-# so the handle module never imports this one (copyreg's table is consulted before __reduce_ex__).
-def _restore_array(key: str, type_name: str, data: Any) -> ArrayHandle:
-    return library_for_key(key).types[type_name].new(data)
+# Pickling and copying handles: a handle pickles as (library key, type name, data, library instance)
+# and unpickles into library_for_key's choice: copy.copy, copy.deepcopy and a round trip in one
+# process give a value of the handle's own Library, another process (which knows only the path)
+# the library of that path it has open, or loads. Registered here, the one layer that can load a
+# library, so the handle module never imports this one (copyreg's table is consulted before
+# __reduce_ex__). ``instance`` defaults to None: pickles made before it existed still load.
+def _restore_array(key: str, type_name: str, data: Any, instance: str | None = None) -> ArrayHandle:
+    return library_for_key(key, instance).types[type_name].new(data)
 
 
-def _restore_opaque(key: str, type_name: str, data: bytes) -> OpaqueHandle:
-    return library_for_key(key).types[type_name].restore(data)
+def _restore_opaque(key: str, type_name: str, data: bytes, instance: str | None = None) -> OpaqueHandle:
+    return library_for_key(key, instance).types[type_name].restore(data)
 
 
 def _reduce_array(h: ArrayHandle) -> tuple[Any, ...]:
-    return (_restore_array, (h.library.key, h.type_name, h.numpy()))
+    return (_restore_array, (h.library.key, h.type_name, h.numpy(), h.library.instance))
 
 
 def _reduce_opaque(h: OpaqueHandle) -> tuple[Any, ...]:
-    return (_restore_opaque, (h.library.key, h.type_name, h.store()))
+    return (_restore_opaque, (h.library.key, h.type_name, h.store(), h.library.instance))
 
 
 copyreg.pickle(ArrayHandle, _reduce_array)
@@ -387,6 +398,7 @@ def check_in_subprocess(name_or_path: str | os.PathLike[str], backend: str | Non
         f"lib = pf.load({str(name_or_path)!r}, backend={backend!r}, **{config!r})\n"
         "lib.close(); print('ok')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    # This pybridge in the child, never a pybridge/ of the current directory (python -c imports it first).
+    proc = subprocess.run(python_command(code), capture_output=True, text=True, timeout=timeout, env=child_env())
     ok = proc.returncode == 0 and proc.stdout.strip().endswith("ok")
     return ok, (proc.stdout + proc.stderr).strip()

@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..executables import child_env, configured, python_module_command
 from .errors import PackageError
 
 if TYPE_CHECKING:
@@ -184,7 +185,9 @@ def build_package(
 def manylinux_tag(wheel: Path) -> str:
     """The platform tag ``auditwheel show`` finds ``wheel`` consistent with, if it is a manylinux
     (or musllinux) one; PackageError with auditwheel's words otherwise."""
-    proc = subprocess.run([sys.executable, "-m", "auditwheel", "show", str(wheel)], capture_output=True, text=True)
+    # Not `python -m auditwheel`: that imports an auditwheel.py of the current directory first.
+    proc = subprocess.run(python_module_command("auditwheel", "show", str(wheel)), capture_output=True, text=True,
+                          env=child_env())
     if proc.returncode != 0 and "No module named auditwheel" in proc.stderr:
         raise PackageError("manylinux: needs auditwheel (pip install auditwheel)")
     text = " ".join(proc.stdout.split())

@@ -23,6 +23,8 @@ import subprocess
 import sys
 from typing import Any, Sequence
 
+from ..executables import python_module_command
+
 PROFILES = {"quick": 300, "full": 10_000}
 # What each batch counts and the summary adds up (attributes of the machine's class).
 COUNTS = ("sequences", "steps", "interrupted_calls", "interrupts_landed")
@@ -74,8 +76,8 @@ def _text(out: bytes | str | None) -> str:
 
 def _run_child(programs: Sequence[str], backend: str, n: int, steps: int, timeout: float) -> dict[str, Any]:
     """One batch of ``n`` sequences in a child process: its counts, or a crash/failure entry."""
-    cmd = [sys.executable, "-m", "pybridge.testing.lifecycle_run", "--child", "--backend", backend, "--sequences", str(n),
-           "--steps", str(steps), "--stacks-after", str(max(1.0, timeout - min(30.0, timeout / 10))), *programs]
+    cmd = python_module_command("pybridge.testing.lifecycle_run", "--child", "--backend", backend, "--sequences", str(n),
+                                "--steps", str(steps), "--stacks-after", str(max(1.0, timeout - min(30.0, timeout / 10))), *programs)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
