@@ -22,6 +22,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,22 @@ if not FROM_SOURCE_TREE:
                 break
 
 
+# The tests never write into the user's cache (platformdirs' ~/.cache/pybridge, or a $PYBRIDGE_CACHE
+# of theirs): every run gets a temporary folder, removed at the end, which child processes inherit.
+# PYBRIDGE_TEST_CACHE names a folder to use instead, kept between runs (warm API-mode and CUDA
+# builds: quicker reruns, the GPU scripts). A test that sets PYBRIDGE_CACHE itself keeps its own.
+_SESSION_CACHE: str | None = None
+if os.environ.get("PYBRIDGE_TEST_CACHE"):
+    os.environ["PYBRIDGE_CACHE"] = os.environ["PYBRIDGE_TEST_CACHE"]
+else:
+    _SESSION_CACHE = os.environ["PYBRIDGE_CACHE"] = tempfile.mkdtemp(prefix="pybridge-test-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _SESSION_CACHE is not None:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
 _PROBLEM = pybridge_under_test_problem()
 _HOW = ("Run the README's test command, `.venv/bin/pytest -rs tests` (pytest's entry point; `python -m pytest` "
         "puts the checkout first on sys.path).")
@@ -84,7 +101,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    lines = [f"pybridge under test: {PYBRIDGE_DIR} ({'source tree' if FROM_SOURCE_TREE else 'installed package'})"]
+    lines = [f"pybridge under test: {PYBRIDGE_DIR} ({'source tree' if FROM_SOURCE_TREE else 'installed package'}); "
+             f"cache: {os.environ['PYBRIDGE_CACHE']}{'' if _SESSION_CACHE is None else ' (this run only)'}"]
     if _PROBLEM:
         lines.append(f"WARNING: {_PROBLEM[0]}. {_HOW}")
     return lines

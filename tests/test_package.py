@@ -127,6 +127,15 @@ def test_auditwheel_show(shipped: dict[str, Path]) -> None:
     assert "external shared libraries are required" not in out, out  # only libc and friends
 
 
+def test_pf_load_and_the_packaged_module_agree(shipped: dict[str, Path]) -> None:
+    """The same default backend, the doc comments as docstrings, the size names of the signatures,
+    for the packaged module and for pf.load of the library it holds (issue 33)."""
+    script = shipped["outside"] / "agree.py"
+    script.write_text(AGREE)
+    proc = _run([str(shipped["venv"] / "bin" / "python"), str(script)], cwd=shipped["outside"], env=_bare_env(shipped))
+    assert proc.stdout.strip() == "AGREE", proc.stdout + proc.stderr
+
+
 def test_installed_wheel_runs_without_compilers_in_fast_mode(shipped: dict[str, Path]) -> None:
     script = shipped["outside"] / "use_shipdemo.py"
     shutil.copy2(USE_SCRIPT, script)
@@ -134,6 +143,29 @@ def test_installed_wheel_runs_without_compilers_in_fast_mode(shipped: dict[str, 
     assert proc.stdout.strip().endswith("OK"), proc.stdout + proc.stderr
     assert "RuntimeWarning" not in proc.stderr, proc.stderr  # no fallback to ABI mode
 
+
+AGREE = """\
+import inspect
+import pybridge.futhark as pf
+import shipdemo
+from pybridge.backends import choose_backend
+from pybridge.futhark.names import python_names
+
+lib = shipdemo.load()
+assert lib.backend == choose_backend(shipdemo.BACKENDS) == "multicore", lib.backend  # no GPU here
+same = pf.load(lib.libraries["shipdemo"].path)  # the packaged library, loaded as a user would
+assert same.backend == lib.backend
+names = list(same.entry_points)
+assert sorted(n for n in dir(same) if n in names) == sorted(names)  # each entry point once
+for py, name in zip(python_names(names), names):
+    mine, theirs = inspect.getdoc(same.entry_points[name]), inspect.getdoc(getattr(shipdemo, py))
+    doc = theirs.split("\\n\\nFuthark: entry")[0]
+    assert doc and mine.startswith(doc + "\\n\\nFuthark entry point "), (name, doc, mine)
+    entry = same.entry_points[name]  # sizes in both or in neither:
+    for p, a in zip(entry.info.inputs, inspect.signature(entry).parameters.values()):
+        assert f"({p.name}: {a.annotation})" in theirs, (name, p.name, a.annotation, theirs)
+print("AGREE")
+"""
 
 GOOD = """\
 import numpy as np
@@ -240,16 +272,16 @@ def test_prebuilt_module_of_another_library_is_refused(shipped: dict[str, Path],
 def test_backend_choice_falls_back_without_gpu_with_one_log_line(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     from pybridge.futhark import packaged
 
-    monkeypatch.setattr(packaged, "_gpu_present", lambda: (False, "the CUDA driver reports no device"))
+    monkeypatch.setattr("pybridge.backends.gpu_present", lambda: (False, "the CUDA driver reports no device"))
     log = logging.getLogger("shipdemo-test")
     with caplog.at_level(logging.INFO, logger="shipdemo-test"):
         assert packaged.choose_backend(["c", "multicore", "cuda"], None, log, "shipdemo") == "multicore"
-    assert [r.getMessage() for r in caplog.records] == ["shipdemo: no usable GPU (the CUDA driver reports no device); using the next backend"]
-    monkeypatch.setattr(packaged, "_gpu_present", lambda: (True, ""))
+    assert [r.getMessage() for r in caplog.records] == ["shipdemo: no usable GPU (the CUDA driver reports no device); using multicore"]
+    monkeypatch.setattr("pybridge.backends.gpu_present", lambda: (True, ""))
     assert packaged.choose_backend(["c", "multicore", "cuda"], None, log, "shipdemo") == "cuda"
     assert packaged.choose_backend(["c"], None, log, "shipdemo") == "c"
     assert packaged.choose_backend(["c", "multicore"], "c", log, "shipdemo") == "c"
-    with pytest.raises(ValueError, match="packaged for \\['c'\\], not 'cuda'"):
+    with pytest.raises(ValueError, match="shipdemo has no 'cuda' library; it has c"):
         packaged.choose_backend(["c"], "cuda", log, "shipdemo")
 
 
@@ -301,7 +333,7 @@ def test_stubs_command_writes_a_checked_pyi(tmp_path: Path) -> None:
     assert "Matrix product of an n×k and a k×m matrix." in text
     assert "def variant(self) -> Literal['circle', 'rect']" in text
     assert "A running total: a state the caller keeps" in text  # a type's doc comment
-    assert main(["stubs", str(tmp_path / "missing.fut")]) == 1
+    assert main(["stubs", str(tmp_path / "missing.fut")]) == 2  # a missing file is a usage error, as for build and package
 
 
 def test_package_from_c_generated_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cliargs import backend_list, existing_dir, existing_file, output_dir, positive_float
 from ..errors import PybridgeError
 from ..executables import child_env
 from .common import gpu_status, positive_int, row, show, skipped
@@ -470,15 +471,20 @@ def default_programs() -> list[Path]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="*", type=Path, help=".fut files with -- == datasets (default: benchmarks/programs/*.fut)")
-    p.add_argument("--backend", default=None,
-                   help="c, multicore, cuda, or all (every backend present; default: c, and cuda too with a GPU)")
+    p.add_argument("files", nargs="*", type=lambda t: Path(existing_file("a Futhark program (.fut)", ".fut")(t)),
+                   metavar="prog.fut", help=".fut files with -- == datasets (default: benchmarks/programs/*.fut)")
+    p.add_argument("--backend", type=_backend_choice, default=None,
+                   help="c, multicore, cuda (comma-separated), or all (every backend present; default: c, and cuda too with a GPU)")
     p.add_argument("--runs", type=positive_int, default=None, help="timed runs per dataset (default 50, --quick 5)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per executable run")
-    p.add_argument("--prepare", metavar="DIR", type=Path,
+    p.add_argument("--timeout", type=positive_float, default=300.0, help="seconds per executable run")
+    p.add_argument("--prepare", metavar="DIR", type=lambda t: Path(output_dir(t)),
                    help="only write the C and the literal datasets into DIR, for a machine without Futhark (default backend cuda)")
-    p.add_argument("--prebuilt", metavar="DIR", type=Path,
+    p.add_argument("--prebuilt", metavar="DIR", type=lambda t: Path(existing_dir(t)),
                    help="compile and run what --prepare wrote in DIR (no Futhark compiler needed; random inputs from NumPy)")
+
+
+def _backend_choice(text: str) -> str:
+    return text if text == "all" else ",".join(backend_list(("c", "multicore", "cuda"))(text))
 
 
 def backends(choice: str | None) -> list[str]:

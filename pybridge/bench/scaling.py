@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..cliargs import at_least, backend, choice_list, existing_file, output_file, positive_int, positive_int_list
 from . import scaling_tasks as tasks
 from .scaling_report import EFFICIENCY, SPEEDUP, TARGETS
 from .common import show
@@ -43,26 +44,26 @@ ROWS = ("B0", "saxpy", "B1", "B2", "B3", "B4", "size", "transfers")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpus", type=int, default=0, help="GPUs to scale over (1..N, one worker each; cuda backend)")
-    p.add_argument("--workers", default="1,2", help="without --gpus: CPU worker counts, comma-separated (default 1,2)")
-    p.add_argument("--backend", default=None, help="Futhark backend (default: cuda with --gpus, else c)")
-    p.add_argument("--rows", default=",".join(ROWS), help=f"row groups to run, comma-separated (default all: {','.join(ROWS)})")
-    p.add_argument("--repeat", type=int, default=3, help="timed runs per figure, after one warm-up (default 3)")
+    p.add_argument("--gpus", type=at_least(0), default=0, help="GPUs to scale over (1..N, one worker each; cuda backend)")
+    p.add_argument("--workers", type=positive_int_list, default="1,2", help="without --gpus: CPU worker counts, comma-separated (default 1,2)")
+    p.add_argument("--backend", type=backend(), default=None, help="Futhark backend (default: cuda with --gpus, else c)")
+    p.add_argument("--rows", type=choice_list(ROWS), default=",".join(ROWS), help=f"row groups to run, comma-separated (default all: {','.join(ROWS)})")
+    p.add_argument("--repeat", type=positive_int, default=3, help="timed runs per figure, after one warm-up (default 3)")
     p.add_argument("--cluster", choices=("own", "dask-cuda"), default="own",
                    help="GPU workers from pybridge's local_cluster (default) or dask-cuda's LocalCUDACluster")
     p.add_argument("--transport", choices=("auto", "nccl", "host"), default="auto", help="pbd.Comms transport")
-    p.add_argument("--tasks", default="4,16,64,256", help="B0: tasks per graph (default 4,16,64,256)")
-    p.add_argument("--saxpy-size", type=int, default=None, help="B1 elements per worker (default 2**28 GPU, 2**20 CPU)")
-    p.add_argument("--iters", type=int, default=100, help="B1 saxpy rounds inside one call (default 100)")
-    p.add_argument("--jacobi-size", type=int, default=None, help="B2 rows = columns per worker (default 16384 GPU)")
-    p.add_argument("--steps", type=int, default=100, help="B2 Jacobi steps per task = halo depth (default 100)")
-    p.add_argument("--matmul-size", type=int, default=None, help="B3 n of the n x n product (default 16384 GPU)")
-    p.add_argument("--frame-size", type=int, default=None, help="B4 Mandelbrot frame side per worker (default 8192 GPU)")
-    p.add_argument("--max-iter", type=int, default=None, help="B4 Mandelbrot iterations (default 2000 GPU)")
-    p.add_argument("--size-rows", default=None, help="size rows: strong,weak totals (default 2**30,2**32 GPU)")
-    p.add_argument("--section", metavar="FILE", help="write the multi-GPU section of BENCHMARKS.md (markdown) here")
-    p.add_argument("--plot", metavar="FILE", help="draw speedup against GPU count, with the ideal line (PNG)")
-    p.add_argument("--topology", metavar="FILE", help="a file holding `nvidia-smi topo -m`, quoted in --section")
+    p.add_argument("--tasks", type=positive_int_list, default="4,16,64,256", help="B0: tasks per graph (default 4,16,64,256)")
+    p.add_argument("--saxpy-size", type=positive_int, default=None, help="B1 elements per worker (default 2**28 GPU, 2**20 CPU)")
+    p.add_argument("--iters", type=positive_int, default=100, help="B1 saxpy rounds inside one call (default 100)")
+    p.add_argument("--jacobi-size", type=positive_int, default=None, help="B2 rows = columns per worker (default 16384 GPU)")
+    p.add_argument("--steps", type=positive_int, default=100, help="B2 Jacobi steps per task = halo depth (default 100)")
+    p.add_argument("--matmul-size", type=positive_int, default=None, help="B3 n of the n x n product (default 16384 GPU)")
+    p.add_argument("--frame-size", type=positive_int, default=None, help="B4 Mandelbrot frame side per worker (default 8192 GPU)")
+    p.add_argument("--max-iter", type=positive_int, default=None, help="B4 Mandelbrot iterations (default 2000 GPU)")
+    p.add_argument("--size-rows", type=positive_int_list, default=None, help="size rows: strong,weak totals (default 2**30,2**32 GPU)")
+    p.add_argument("--section", metavar="FILE", type=output_file, help="write the multi-GPU section of BENCHMARKS.md (markdown) here")
+    p.add_argument("--plot", metavar="FILE", type=output_file, help="draw speedup against GPU count, with the ideal line (PNG)")
+    p.add_argument("--topology", metavar="FILE", type=existing_file("a text file"), help="a file holding `nvidia-smi topo -m`, quoted in --section")
 
 
 # ---------------------------------------------------------------- set-up

@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from .library import Library, _gpu_present, load
+from ..backends import choose_backend
+from .library import Library, load
 
 FORMAT = 1
-PREFERENCE = ("cuda", "multicore", "c")
 
 
 def read_index(root: Path) -> dict[str, Any]:
@@ -30,25 +30,6 @@ def read_index(root: Path) -> dict[str, Any]:
     if not isinstance(index, dict) or index.get("format") != FORMAT or not isinstance(index.get("backends"), dict):
         raise ValueError(f"{path}: not a pybridge package index of format {FORMAT}")
     return index
-
-
-def choose_backend(available: list[str], requested: str | None, logger: logging.Logger, name: str) -> str:
-    """``requested`` if the package has it; else the best present: cuda where a GPU is usable (one
-    log line when it is skipped for want of one), else multicore, else c."""
-    if requested is not None:
-        if requested not in available:
-            raise ValueError(f"backend: {name} was packaged for {available}, not {requested!r}")
-        return requested
-    for b in [p for p in PREFERENCE if p in available] + [b for b in available if b not in PREFERENCE]:
-        if b == "cuda":
-            ok, why = _gpu_present()
-            if not ok:
-                rest = [x for x in available if x != "cuda"]
-                if rest:
-                    logger.warning("%s: no usable GPU (%s); using the next backend", name, why)
-                    continue
-        return b
-    raise ValueError(f"{name}: the package holds no backend")
 
 
 def load_programs(

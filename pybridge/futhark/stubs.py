@@ -25,6 +25,8 @@ from pathlib import Path
 
 from .manifest import ArrayInfo, EntryInfo, Manifest, OpaqueInfo
 from .names import python_names
+from .source import SourceInfo, declared_results, parse_source, spelled_with_sizes
+from .source import doc_comments  # noqa: F401 - its former home (now source.py, which pf.load reads too)
 from .types import PRIMITIVES
 
 _INT = "int | np.integer[Any]"
@@ -41,30 +43,6 @@ _HANDLE_ATTRS = frozenset(
 )
 
 _LIBRARY_API = frozenset("mode backend types entry_points close sync report clear_caches entry closed path manifest context".split())
-_DOC_TARGET = re.compile(r"\s*(?:entry|type[\^~]?|module\s+type)\s+([A-Za-z_][\w']*)")
-
-
-def doc_comments(source: str) -> dict[str, str]:
-    """``name -> doc`` for every ``entry`` / ``type`` preceded by a ``-- |`` comment block."""
-    docs: dict[str, str] = {}
-    block: list[str] | None = None
-    for line in source.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("-- |") or stripped == "--|":
-            block = [stripped[4:].strip()]
-        elif stripped.startswith("--") and block is not None:
-            block.append(stripped[2:].removeprefix(" "))
-        elif stripped.startswith("--"):
-            continue
-        else:
-            if block is not None and stripped:
-                m = _DOC_TARGET.match(line)
-                if m:
-                    docs[m.group(1)] = "\n".join(block).strip()
-            block = None
-    return docs
-
-
 def _class_name(type_name: str) -> str:
     """A Python class name for a manifest type: ``[][]f32`` -> ``F32Array2D``, ``point`` -> ``Point``,
     ``(f32, i32)`` -> ``Tuple_f32_i32``, ``[]point`` -> ``PointArray1D``."""
@@ -112,11 +90,14 @@ class PyTypes:
         docs: dict[str, str] | None = None,
         reserved: frozenset[str] = frozenset(),
         shared: dict[str, str] | None = None,
+        source: SourceInfo | None = None,
     ):
         """``reserved``: names the classes must not take; ``shared``: type name -> class name of
-        libraries already declared in the same module (reused, not declared again)."""
+        libraries already declared in the same module (reused, not declared again); ``source``:
+        the program's parsed headers, whose size names the docstrings' Futhark types keep."""
         self.manifest = manifest
         self.docs = docs or {}
+        self.source = source
         self.classes: dict[str, str] = {}  # manifest type name -> Python class name
         self.declared_elsewhere = set(shared or {})
         taken = set(reserved) | set((shared or {}).values())
@@ -176,14 +157,18 @@ class PyTypes:
 
     def _entry(self, py: str, e: EntryInfo) -> Entry:
         pnames = python_names([p.name for p in e.inputs])
-        params = tuple(Param(pn, p.name, self.input(p.type), ("*" if p.unique else "") + p.type) for pn, p in zip(pnames, e.inputs))
+        decl = self.source.entries.get(e.name) if self.source is not None else None
+        declared = [d.type if decl is not None and (d := decl.param(p.name)) is not None else None for p in e.inputs]
+        params = tuple(Param(pn, p.name, self.input(p.type), spelled_with_sizes(p.type, p.unique, d))
+                       for pn, p, d in zip(pnames, e.inputs, declared))
         outs = [self.output(o.type) for o in e.outputs]
         result = outs[0] if len(outs) == 1 else f"tuple[{', '.join(outs)}]" if outs else "None"
+        sizes = "".join(f" [{n}]" for n in decl.size_params) if decl is not None else ""
         header = " ".join(f"({p.futhark_name}: {p.futhark_type})" for p in params)
-        ftype = ", ".join(("*" if o.unique else "") + o.type for o in e.outputs)
+        ftype = ", ".join(spelled_with_sizes(o.type, o.unique, d) for o, d in zip(e.outputs, declared_results(decl, len(e.outputs))))
         ftype = ftype if len(e.outputs) == 1 else f"({ftype})"
         doc = self.docs.get(e.name, "").strip()
-        futhark = f"Futhark: entry {e.name} {header} : {ftype}".replace("  ", " ")
+        futhark = f"Futhark: entry {e.name}{sizes} {header} : {ftype}".replace("  ", " ")
         return Entry(py, e.name, params, result, f"{doc}\n\n{futhark}" if doc else futhark)
 
     # ---------------------------------------------------------------- class declarations
@@ -257,7 +242,8 @@ from pybridge.futhark.handles import ArrayHandle, OpaqueHandle
 def library_stub(manifest: Manifest, source: str | None = None, origin: str = "a Futhark library") -> str:
     """The ``.pyi`` for a library loaded with ``pf.load``: handle classes and ``class Library`` (the
     library's interface with the entry points as typed methods), for ``typing.cast``."""
-    types = PyTypes(manifest, doc_comments(source) if source else {}, frozenset({"Library"}))
+    parsed = parse_source(source) if source else None
+    types = PyTypes(manifest, dict(parsed.docs) if parsed else {}, frozenset({"Library"}), source=parsed)
     parts = [STUB_HEADER.format(what="stubs", sources=origin), *types.stub_classes()]
     methods = [
         f"    {e.signature(True)}:\n        {_docstring(e.doc, 8)}\n        ..."

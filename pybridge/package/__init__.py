@@ -42,15 +42,11 @@ _VERSION = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?\Z")  # 
 
 
 def cuda_toolkit() -> tuple[bool, str]:
-    """Whether the cuda backend can be built here: nvcc and the toolkit's cuda.h and nvrtc.h."""
-    from ..futhark.build import cuda_home
+    """Whether the cuda backend can be built here (``pybridge.futhark.build.cuda_toolkit``; imported
+    when asked, so that ``pybridge -h`` does not load the Futhark layer)."""
+    from ..futhark.build import cuda_toolkit as check
 
-    if configured("NVCC", "nvcc") is None:
-        return False, "nvcc not found"
-    for header in ("cuda.h", "nvrtc.h"):  # Futhark's cuda backend includes both
-        if not (cuda_home() / "include" / header).is_file():
-            return False, f"no {header} in {cuda_home() / 'include'} (set CUDA_HOME to the toolkit)"
-    return True, ""
+    return check()
 
 
 def wheel_tag() -> str:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from ..futhark.manifest import Manifest
 from ..futhark.names import python_names
-from ..futhark.stubs import STUB_HEADER, Entry, PyTypes, _docstring, doc_comments
+from ..futhark.source import parse_source
+from ..futhark.stubs import STUB_HEADER, Entry, PyTypes, _docstring
 from .errors import PackageError
 
 # Names of the generated module and of its Library class an entry point cannot take.
@@ -32,7 +33,8 @@ def plan(programs: list[Program]) -> tuple[list[PyTypes], list[tuple[str, Entry]
     seen: dict[str, str] = {}
     entry_names = frozenset(n for prog in programs for n in python_names(list(prog.manifest.entry_points)))
     for prog in programs:
-        types = PyTypes(prog.manifest, doc_comments(prog.source), MODULE_NAMES | entry_names, shared)
+        parsed = parse_source(prog.source)
+        types = PyTypes(prog.manifest, dict(parsed.docs), MODULE_NAMES | entry_names, shared, source=parsed)
         shared.update(types.classes)
         all_types.append(types)
         for e in types.entries():
