@@ -74,9 +74,9 @@ def load_programs(
 
 
 class Package:
-    """The run time of one generated module, kept there as ``__pybridge__``: a name no entry point,
-    parameter or field can take (see stubs.VOCABULARY), so the module's functions reach everything
-    through it and a user's name can hide nothing they need."""
+    """The run time of one generated module, kept there as ``__pybridge__``: no Futhark name starts
+    with two underscores, so no entry point, parameter or field hides what the module's functions
+    reach through it (docs/DESIGN.md, "Names in generated code")."""
 
     def __init__(self, module: str, init_file: str, entries: Mapping[str, tuple[str, str]]):
         """``module``: the module's name (its logger too); ``init_file``: its ``__file__``;

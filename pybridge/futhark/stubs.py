@@ -21,9 +21,11 @@ from __future__ import annotations
 import keyword
 import re
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from .handles import OpaqueHandle
+from .library import OWN_NAMES
 from .manifest import ArrayInfo, EntryInfo, Manifest, OpaqueInfo
 from .names import python_names
 from .types import PRIMITIVES
@@ -259,7 +261,7 @@ class PyTypes:
     # ---------------------------------------------------------------- class declarations
     def stub_classes(self, hidden: frozenset[str] = frozenset()) -> list[str]:
         """Stub text of every handle class (and record TypedDict)."""
-        q = lambda annotation: qualify(annotation, hidden)  # noqa: E731
+        q = partial(qualify, hidden=hidden)
         out = []
         for t, cls in self.classes.items():
             if t in self.declared_elsewhere:
@@ -332,11 +334,9 @@ def stub_header(what: str, sources: str, hidden: frozenset[str]) -> str:
 def library_stub(manifest: Manifest, source: str | None = None, origin: str = "a Futhark library") -> str:
     """The ``.pyi`` for a library loaded with ``pf.load``: handle classes and ``class Library`` (the
     library's interface with the entry points as typed methods), for ``typing.cast``."""
-    from .library import OWN_NAMES
-
     types = PyTypes(manifest, doc_comments(source) if source else {}, frozenset({"Library"}))
     hidden = frozenset(VOCABULARY) & user_names(manifest)
-    q = lambda annotation: qualify(annotation, hidden)  # noqa: E731
+    q = partial(qualify, hidden=hidden)
     parts = [stub_header("stubs", origin, hidden), *types.stub_classes(hidden)]
     # Entry points named like the library's own attributes are not attributes at run time (they
     # are lib["close"]), so not methods here either.

@@ -14,6 +14,7 @@ entry point that would take one is refused.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from ..futhark.manifest import Manifest
 from ..futhark.stubs import VOCABULARY, Entry, PyTypes, _docstring, doc_comments, import_lines, qualify, stub_header, user_names
@@ -73,7 +74,7 @@ def plan(programs: list[Program]) -> Plan:
 def module_source(name: str, version: str, summary: str, programs: list[Program], backends: list[str]) -> str:
     """``NAME/__init__.py``."""
     p = plan(programs)
-    q = lambda annotation: qualify(annotation, p.hidden)  # noqa: E731
+    q = partial(qualify, hidden=p.hidden)
     table = {e.name: (prog, e.futhark_name) for prog, e in p.entries}
     doc = _docstring(
         f"{name} {version}: {summary}\n\nEntry points (module functions, on the best backend present, and methods of "
@@ -143,7 +144,7 @@ def module_source(name: str, version: str, summary: str, programs: list[Program]
 def module_stub(name: str, version: str, programs: list[Program], backends: list[str]) -> str:
     """``NAME/__init__.pyi``."""
     p = plan(programs)
-    q = lambda annotation: qualify(annotation, p.hidden)  # noqa: E731
+    q = partial(qualify, hidden=p.hidden)
     lit = f"{q('Literal')}[{', '.join(repr(b) for b in backends)}]"
     parts = [stub_header("package", ", ".join(f"{prog.name}.fut" for prog in programs), p.hidden)]
     parts.append(f"__version__: {q('str')}\nBACKENDS: {q('tuple[str, ...]')}\nPROGRAMS: {q('tuple[str, ...]')}\n")
