@@ -149,10 +149,6 @@ def _py(names: list[str]) -> list[str]:
     return list(python_names(names))
 
 
-def _literal(a: Any) -> str:
-    return repr(a)
-
-
 def _check_result(res: Any, e: g.Entry, want: int, where: str) -> list[str]:
     """``res`` holds ``want`` (an i64, or a record whose every field does); returns the field
     attributes the stub must declare (Python spellings that OpaqueHandle does not take)."""
@@ -221,7 +217,6 @@ def check_package(tmp: Path, entries: list[g.Entry], types: list[g.Named], refus
     use_pkg = ["import numpy as np", f"import {name}", f"lib = {name}.load('c')"]
     use_api = ["import typing", "import numpy as np", "import pybridge.futhark as pf", "if typing.TYPE_CHECKING:",
                "    import prog_api", f"lib = typing.cast('prog_api.Library', pf.load({str(pflib.path)!r}))"]
-    docs = {t.name: t.doc for t in types}
     for i, (e, py) in enumerate(zip(entries, _py([e.name for e in entries]))):
         pnames = _py([p.name for p in e.params])
         args = _args(e, i)
@@ -240,8 +235,8 @@ def check_package(tmp: Path, entries: list[g.Entry], types: list[g.Named], refus
             assert _doc(ast.get_docstring(module_defs[py], clean=False), 4) == e.doc, where
             assert _doc(getattr(lib, py).__doc__, 8) == e.doc, where
         assert py in module_defs and py in method_defs, where
-        call = f"{py}({', '.join(map(_literal, args))})"
-        kwcall = f"{py}({', '.join(f'{k}={_literal(a)}' for k, a in kwargs.items())})"
+        call = f"{py}({', '.join(map(repr, args))})"
+        kwcall = f"{py}({', '.join(f'{k}={a!r}' for k, a in kwargs.items())})"
         result = e.result[0]  # type: ignore[index]
         annot = ": np.int64" if not isinstance(result, g.Named) else ""
         use_pkg += [f"m{i}{annot} = {name}.{call}", f"l{i}{annot} = lib.{kwcall}"]
