@@ -290,7 +290,7 @@ def test_backend_choice_falls_back_without_gpu_with_one_log_line(monkeypatch: py
     [
         ({"name": "ship-demo"}, "name: 'ship-demo' must be a Python module name"),
         ({"name": "class"}, "name: 'class'"),
-        ({"name": "pybridge"}, "not pybridge"),
+        ({"name": "pybridge"}, "name: 'pybridge' is a module the package needs at run time"),
         ({"version": "one"}, "version: 'one' is not a PEP 440 version"),
         ({"backends": ["c", "opencl"]}, "backends: 'opencl' is not one of"),
         ({"backends": ["c", "c"]}, "names one twice"),

@@ -114,6 +114,27 @@ def _exports(ffi: Any, lib: Any, name: str) -> bool:
 class Library:
     """A loaded Futhark library with one context. Entry points are attributes: ``lib.saxpy(...)``."""
 
+    # Its instance attributes (set in __init__; sync too). With the class's own names they make
+    # OWN_NAMES: an entry point of such a name is not an attribute (lib["key"] reaches it), and
+    # `pybridge stubs` leaves it out of the stub's methods.
+    path: Path
+    api_module: Path | None
+    manifest: Manifest
+    backend: str
+    mode: str
+    raw_ctype: str
+    mode_note: str
+    ffi: Any
+    lib: Any
+    source_path: Path | None
+    source: SourceInfo | None
+    context: Context
+    codec: Codec
+    types: dict[str, ArrayKind | OpaqueKind]
+    entry_points: dict[str, EntryPoint]
+    _entry_lookup: dict[str, str]
+    key: str
+
     def __init__(
         self, so_path: Path, manifest: Manifest, mode: str = "auto", config: Config | None = None, api_module: Path | None = None
     ):
@@ -171,7 +192,7 @@ class Library:
         self.context = Context(self.ffi, self.lib, self.backend, config or Config(), tuning)
         self.sync = self.context.sync  # lib.sync() is one call, not two (it follows most calls)
         self.codec = Codec(self)
-        self.types: dict[str, ArrayKind | OpaqueKind] = {}
+        self.types = {}
         for name, info in manifest.types.items():
             self.types[name] = ArrayKind(self, info) if isinstance(info, ArrayInfo) else OpaqueKind(self, info)
         self.entry_points = {name: EntryPoint(self, e) for name, e in manifest.entry_points.items()}
@@ -181,7 +202,7 @@ class Library:
         # lookup, not by __getattr__ after a failed one (which costs more than the call itself).
         # Library's own names win (those entry points stay reachable as lib["close"]).
         for spelling, exact in self._entry_lookup.items():
-            if spelling.isidentifier() and not hasattr(type(self), spelling) and spelling not in self.__dict__:
+            if spelling.isidentifier() and spelling not in OWN_NAMES:
                 self.__dict__[spelling] = self.entry_points[exact]
         self.key = f"{self.path}::{self.backend}"
         self.instance = uuid.uuid4().hex  # this Library among others of the same file (pickling, copies)
@@ -297,6 +318,10 @@ class Library:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<Futhark library {self.path.name} backend={self.backend} entry points={list(self.entry_points)} {state}>"
+
+
+# Names a Library keeps for itself: its methods and properties, and its instance attributes.
+OWN_NAMES = frozenset(dir(Library)) | frozenset(Library.__annotations__)
 
 
 def load(

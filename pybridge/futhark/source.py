@@ -458,7 +458,7 @@ def doc_comments(source: str) -> dict[str, str]:
     """``name -> doc`` for every ``entry`` / ``type`` preceded by a ``-- |`` comment block."""
     docs: dict[str, str] = {}
     block: list[str] | None = None
-    for line in source.splitlines():
+    for line in source.split("\n"):  # Futhark's lines: a form feed or U+2028 does not end a comment
         stripped = line.strip()
         if stripped.startswith("-- |") or stripped == "--|":
             block = [stripped[4:].strip()]

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BACKENDS = ("c", "multicore")
 SUPPORTED_BACKENDS = ("c", "multicore", "cuda")
+# The top-level modules a package's run time imports (pybridge, its dependencies and theirs): a
+# package named like one would overwrite it when installed.
+RUNTIME_MODULES = frozenset({"pybridge", "numpy", "cffi", "_cffi_backend", "pycparser", "platformdirs", "filelock"})
 _VERSION = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?\Z")  # PEP 440, public versions
 
 
@@ -62,8 +65,12 @@ def _check_args(name: str, version: str, backends: list[str], sources: list[Path
     for what, text in (("license", license), ("summary", summary or "")):
         if "\n" in text or "\r" in text:
             raise PackageError(f"{what}: must be one line (it is a metadata field), got {text!r}")
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name) or name == "pybridge":
-        raise PackageError(f"name: {name!r} must be a Python module name (letters, digits, _; not a keyword, not pybridge)")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name):
+        raise PackageError(f"name: {name!r} must be a Python module name (letters, digits, _; not a keyword)")
+    if name in sys.stdlib_module_names or name == "__main__":
+        raise PackageError(f"name: {name!r} is a module of Python itself: `import {name}` would never reach the package; pick another name")
+    if name in RUNTIME_MODULES:
+        raise PackageError(f"name: {name!r} is a module the package needs at run time: installing the package would overwrite it; pick another name")
     if not _VERSION.match(version):
         raise PackageError(f"version: {version!r} is not a PEP 440 version such as 1.0 or 0.2.1")
     if not backends:
@@ -168,8 +175,8 @@ def build_package(
         (pkg / "_futhark" / "package.json").write_text(
             json.dumps({"format": 1, "name": name, "version": version, "backends": index}, indent=1) + "\n"
         )
-        (pkg / "__init__.py").write_text(module_source(name, version, text, programs, backends))
-        (pkg / "__init__.pyi").write_text(module_stub(name, version, programs, backends))
+        (pkg / "__init__.py").write_text(module_source(name, version, text, programs, backends), encoding="utf-8")
+        (pkg / "__init__.pyi").write_text(module_stub(name, version, programs, backends), encoding="utf-8")
         (pkg / "py.typed").write_text("")
         wheel = write_wheel(pkg, version, tag, Path(tmp) / "wheel", license=license, summary=text)
         if manylinux:
