@@ -376,7 +376,7 @@ def test_package_names_that_would_shadow_a_module_are_refused(name: str, tmp_pat
 
     src = tmp_path / "prog.fut"
     src.write_text("entry f (x: i64) : i64 = x\n")
-    assert main(["package", str(src), "--name", name, "--backends", "c", "-o", str(tmp_path / "dist")]) == 1
+    assert main(["package", str(src), "--name", name, "--backends", "c", "-o", str(tmp_path / "dist")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"name: {name!r} is a module" in err and "pick another name" in err, err
     assert not (tmp_path / "dist").exists()
