@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from . import paths
+from .distribution import NAME as DISTRIBUTION, install_hint
 from .bench.common import positive_int
 from .errors import PybridgeError
 
@@ -46,7 +47,7 @@ def version() -> str:
     from . import __version__
 
     try:
-        return metadata.version("pybridge")
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return __version__
 
@@ -115,7 +116,7 @@ def cmd_info(_: argparse.Namespace) -> int:
         ("futhark compiler", f"{fut_v} ({fut})" if fut else "not found: run `pybridge install-futhark`, or see https://futhark-lang.org/releases/ (or FUTHARK=...)"),
         ("nvcc", f"{nvcc_v} ({nvcc})" if nvcc else "not found (CUDA toolkit)"),
         ("GPU", _gpu_description()),
-        ("PyCUDA", _version_of("pycuda") or "not installed (pip install 'pybridge[cuda]')"),
+        ("PyCUDA", _version_of("pycuda") or f"not installed ({install_hint('cuda')})"),
         ("CuPy", _version_of("cupy") or "not installed"),
         ("PyTorch", _version_of("torch") or "not installed"),
         ("build dirs", ", ".join(map(str, paths.build_dirs())) or "none (run make)"),

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 import pybridge
+from pybridge.distribution import NAME as DISTRIBUTION
 from pybridge.paths import find_build_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,9 +36,9 @@ FROM_SOURCE_TREE = PYBRIDGE_DIR == (ROOT / "pybridge").resolve()
 
 
 def _installed_distribution() -> tuple[bool, bool]:
-    """(a pybridge distribution is installed, it is an editable one); the checkout's own
-    pybridge.egg-info (setuptools leaves it there) is not an installation."""
-    for dist in importlib.metadata.distributions(name="pybridge"):
+    """(pybridge's distribution is installed, it is an editable one); the checkout's own
+    pybridge_futhark.egg-info (setuptools leaves it there) is not an installation."""
+    for dist in importlib.metadata.distributions(name=DISTRIBUTION):
         if Path(str(dist.locate_file(""))).resolve() == ROOT:
             continue
         direct = dist.read_text("direct_url.json")

@@ -1,6 +1,6 @@
 """pybridge.dask on real Futhark programs (c and multicore backends): blocks, tied sizes, tree
 reductions, one context per worker, threads, program errors naming their chunk, and a worker killed
-mid-computation. Needs dask + distributed (``pip install '.[dask]'``) and the Futhark compiler
+mid-computation. Needs dask + distributed (``pip install 'dask[array]' distributed``) and the Futhark compiler
 (the libraries are compiled from futhark/*.fut and tests/programs/*.fut on first use, cached).
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-da = pytest.importorskip("dask.array", reason="dask is not installed: pip install '.[dask]'")
-distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
+da = pytest.importorskip("dask.array", reason="dask is not installed: pip install 'dask[array]' distributed")
+distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install 'dask[array]' distributed")
 
 import dask  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -393,7 +393,7 @@ def test_import_without_dask_says_how_to_install():
 
     code = "import sys; sys.modules['dask'] = None; sys.modules['dask.array'] = None\nimport pybridge.dask"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode != 0 and "pip install 'pybridge[dask]'" in proc.stderr
+    assert proc.returncode != 0 and "pip install 'dask[array]' distributed" in proc.stderr
 
 
 def test_scaling_benchmark_rows():

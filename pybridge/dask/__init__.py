@@ -13,16 +13,18 @@ Layers: ``refs`` (picklable library / entry references) -> ``workers`` (one cont
 worker process, calls serialised) -> ``blocks`` (one task: chunks in, entry point, chunks out,
 errors naming the block) -> ``plan`` (argument and chunk checks, the tied-size rule) -> ``array``
 (map_blocks, reduction) and ``kernels`` (CUDA kernels, same mechanism); ``cluster`` makes one worker
-per GPU. Needs ``pip install 'pybridge[dask]'``.
+per GPU. Needs dask and distributed: ``pip install 'dask[array]' distributed``.
 """
 
 from __future__ import annotations
+
+from ..distribution import install_hint
 
 try:
     import dask.array  # noqa: F401
     import distributed  # noqa: F401
 except ImportError as e:  # pragma: no cover - exercised where dask is absent
-    raise ImportError(f"pybridge.dask needs dask and distributed: pip install 'pybridge[dask]' [{e}]") from e
+    raise ImportError(f"pybridge.dask needs dask and distributed: {install_hint('dask')} [{e}]") from e
 
 from .array import entry, map_blocks, reduction, scatter, to_device, to_host
 from .cluster import WorkerDevices, local_cluster

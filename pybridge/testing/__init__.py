@@ -1,4 +1,4 @@
-"""Property tests of Futhark entry points and CUDA kernels against NumPy, derived from signatures.
+"""Property tests of Futhark entry points and CUDA kernels against NumPy, derived from signatures::
 
     import numpy as np, pybridge.futhark as pf
     from pybridge.testing import check_against
