@@ -207,7 +207,7 @@ def test_bench_all_quick_json_and_markdown(tmp_path):
         assert any(r["benchmark"].startswith(name) for r in rows)
     text = md.read_text()
     assert "my note 42" in text and "old\n" not in text
-    assert "## Targets (issues 13 and 14)" in text and "≤ CuPy RawKernel" in text
+    assert "## Targets\n" in text and "| kernel launches | Checked kernel launch" in text and "≤ CuPy RawKernel" in text
     # `report` redraws from the JSON alone, keeping the notes; a file that is no bench output is refused
     md.write_text(text.replace("my note 42", "my note 43"))
     proc = _bench("report", str(out), "--markdown", str(md), "--command", "bash scripts/x.sh", cwd=tmp_path)
