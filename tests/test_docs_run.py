@@ -26,6 +26,7 @@ def doc_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.futhark
+@pytest.mark.slow
 @pytest.mark.skipif(futhark_compiler() is None, reason="Futhark compiler not found: run `make` (it obtains it) or set FUTHARK")
 @pytest.mark.parametrize("page", CPU_PAGES, ids=[str(p.relative_to(ROOT)) for p in CPU_PAGES])
 def test_page_runs_as_written(page: Path, tmp_path: Path, doc_cache: Path) -> None:
