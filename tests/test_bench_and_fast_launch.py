@@ -25,6 +25,8 @@ import pytest
 from pybridge.cuda import _cshim
 from pybridge.cuda.signature import parse_signature
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 ROOT = Path(__file__).resolve().parents[1]
 SAXPY = "saxpy(float a, const float* x[n], const float* y[n], float* out[n], int64 n)"
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler for the cffi API-mode shim")

@@ -24,6 +24,7 @@ import pybridge.futhark as pf
 from pybridge.futhark.build import build_program, futhark_compiler, source_files
 
 pytestmark = [
+    pytest.mark.slow,  # left out of the quick subset (-m 'not slow')
     pytest.mark.futhark,
     pytest.mark.skipif(futhark_compiler() is None, reason="the Futhark compiler is not installed (scripts/install-futhark.sh)"),
 ]

@@ -15,6 +15,8 @@ import pybridge.futhark as pf
 from pybridge.cli import main
 from pybridge.futhark.build import BuildError, build_program, futhark_compiler
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

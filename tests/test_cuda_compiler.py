@@ -26,6 +26,8 @@ from pybridge.cuda.declarations import DeclarationMismatchError, read_declaratio
 from pybridge.cuda.module import Module, cubin_arch
 from pybridge.cuda.signature import KernelSignature, Param, SignatureError, parse_signature
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 ROOT = Path(__file__).resolve().parents[1]
 needs_nvcc = pytest.mark.skipif(shutil.which(os.environ.get("NVCC", "nvcc")) is None, reason="nvcc not on PATH")
 

@@ -29,7 +29,7 @@ from pybridge.dask import blocks, workers  # noqa: E402
 from pybridge.futhark.build import futhark_compiler  # noqa: E402
 from pybridge.paths import find_build_file  # noqa: E402
 
-pytestmark = pytest.mark.futhark
+pytestmark = [pytest.mark.futhark, pytest.mark.slow]  # slow: left out of the quick subset (-m 'not slow')
 if futhark_compiler() is None:
     pytest.skip("the Futhark compiler is not installed (scripts/install-futhark.sh or FUTHARK=...)", allow_module_level=True)
 

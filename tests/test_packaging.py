@@ -23,6 +23,8 @@ from pybridge.distribution import NAME as DISTRIBUTION
 from pybridge.futhark.build import futhark_compiler
 from pybridge.futhark.csource import MARK
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 ROOT = Path(__file__).resolve().parents[1]
 # The distribution's interpreter where there is one (Debian's does not import `types` at start-up,
 # so a script folder holding types.py shadows the standard library there), else this one.

@@ -47,6 +47,8 @@ from pybridge.testing import (
 from pybridge.futhark.source import TypeExpr, load_source, parse_dims, parse_entry_header, parse_source
 from pybridge.testing.strategies import ArraySpec, PrimSpec, RecordArraySpec, RecordSpec, SumSpec
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "tests" / "reference"
 TOOLKIT = ROOT / "tests" / "toolkit"
