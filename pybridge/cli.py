@@ -127,7 +127,7 @@ def cmd_info(_: argparse.Namespace) -> int:
         rows.append((f"built {kind}", ", ".join(names)))
     if not built:
         rows.append(("built", "nothing: no compiled libraries here (this pybridge was installed without running `make` "
-                              "first, see README); pf.load('prog.fut') still builds your own programs"))
+                              "first, see docs/install.md); pf.load('prog.fut') still builds your own programs"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
