@@ -65,3 +65,13 @@ def test_no_install_hint_names_a_distribution_that_does_not_resolve() -> None:
             if m and "would not" not in line:
                 bad.append(f"{f.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not bad, "install hints that do not resolve (pybridge-futhark is not on the public index):\n" + "\n".join(bad)
+
+
+def test_pybridge_testing_without_hypothesis_says_what_to_install() -> None:
+    """(pybridge.dask's: tests/test_dask.py; pybridge.cuda's: tests/test_cuda_cpu.py)"""
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['hypothesis'] = None\nimport pybridge.testing"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "pybridge.testing needs hypothesis: pip install hypothesis" in proc.stderr, proc.stderr[-2000:]

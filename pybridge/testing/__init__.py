@@ -17,6 +17,13 @@ Modules: ``strategies`` (inputs from manifests, Futhark headers and CUDA signatu
 and the ``.fut`` header reader, which is ``pybridge.futhark``'s (``pf.load_source``, ``pybridge.futhark.source``).
 """
 
+try:
+    import hypothesis  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised where hypothesis is absent
+    from ..distribution import install_hint
+
+    raise ImportError(f"pybridge.testing needs hypothesis: {install_hint('testing')} [{e}]") from e
+
 from .compare import (
     DEFAULT_TOLERANCES,
     CallableTarget,
