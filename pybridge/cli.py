@@ -27,6 +27,7 @@ from . import paths
 from .backends import BACKENDS
 from .cliargs import (Parser, UsageError, backend, duration, existing_dir, existing_file, output_dir, positive_int,
                       verbosity_options)
+from .distribution import NAME as DISTRIBUTION, install_hint
 
 log = logging.getLogger(__name__)
 _Parser = Parser  # the former name
@@ -39,7 +40,7 @@ def version() -> str:
     from . import __version__
 
     try:
-        return metadata.version("pybridge")
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return __version__
 
@@ -110,7 +111,7 @@ def cmd_info(_: argparse.Namespace) -> int:
          "(or FUTHARK=...)"),
         ("nvcc", f"{nvcc_v} ({nvcc})" if nvcc else "not found (CUDA toolkit)"),
         ("GPU", _gpu_description()),
-        ("PyCUDA", _version_of("pycuda") or "not installed (pip install 'pybridge[cuda]')"),
+        ("PyCUDA", _version_of("pycuda") or f"not installed ({install_hint('cuda')})"),
         ("CuPy", _version_of("cupy") or "not installed"),
         ("PyTorch", _version_of("torch") or "not installed"),
         ("build dirs", ", ".join(map(str, paths.build_dirs())) or "none (run make)"),
@@ -121,7 +122,7 @@ def cmd_info(_: argparse.Namespace) -> int:
         rows.append((f"built {kind}", ", ".join(names)))
     if not built:
         rows.append(("built", "nothing: no compiled libraries here (this pybridge was installed without running `make` "
-                              "first, see README); pf.load('prog.fut') still builds your own programs"))
+                              "first, see docs/install.md); pf.load('prog.fut') still builds your own programs"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

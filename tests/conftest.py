@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 import pybridge
+from pybridge.distribution import NAME as DISTRIBUTION
 from pybridge.paths import find_build_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,9 +38,9 @@ FROM_SOURCE_TREE = PYBRIDGE_DIR == (ROOT / "pybridge").resolve()
 
 
 def _installed_distribution() -> tuple[bool, bool]:
-    """(a pybridge distribution is installed, it is an editable one); the checkout's own
-    pybridge.egg-info (setuptools leaves it there) is not an installation."""
-    for dist in importlib.metadata.distributions(name="pybridge"):
+    """(pybridge's distribution is installed, it is an editable one); the checkout's own
+    pybridge_futhark.egg-info (setuptools leaves it there) is not an installation."""
+    for dist in importlib.metadata.distributions(name=DISTRIBUTION):
         if Path(str(dist.locate_file(""))).resolve() == ROOT:
             continue
         direct = dist.read_text("direct_url.json")
@@ -186,8 +187,8 @@ def dask_and_futhark_or_skip() -> tuple[Any, Any]:
     """(dask.array, distributed) for the pybridge.dask tests, called at module level: the module is
     skipped, saying what to install, without dask or without the Futhark compiler (which builds
     the libraries the workers load)."""
-    da = pytest.importorskip("dask.array", reason="dask is not installed: pip install '.[dask]'")
-    distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
+    da = pytest.importorskip("dask.array", reason="dask is not installed: pip install 'dask[array]' distributed")
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install 'dask[array]' distributed")
     from pybridge.futhark.build import futhark_compiler
 
     if futhark_compiler() is None:

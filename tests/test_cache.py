@@ -20,6 +20,8 @@ from pybridge.cli import main
 from pybridge.futhark.build import build_program, futhark_compiler
 from pybridge.paths import cache_dir
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 needs_futhark = [
     pytest.mark.futhark,
     pytest.mark.skipif(futhark_compiler() is None, reason="Futhark compiler not found: run `make` (it obtains one) or set FUTHARK="),

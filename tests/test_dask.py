@@ -1,6 +1,6 @@
 """pybridge.dask on real Futhark programs (c and multicore backends): blocks, tied sizes, tree
 reductions, one context per worker, threads, program errors naming their chunk, and a worker killed
-mid-computation. Needs dask + distributed (``pip install '.[dask]'``) and the Futhark compiler
+mid-computation. Needs dask + distributed (``pip install 'dask[array]' distributed``) and the Futhark compiler
 (the libraries are compiled from futhark/*.fut and tests/programs/*.fut on first use, cached).
 """
 
@@ -19,7 +19,7 @@ import pytest
 
 from conftest import dask_and_futhark_or_skip, library_or_source  # noqa: E402
 
-pytestmark = pytest.mark.futhark
+pytestmark = [pytest.mark.futhark, pytest.mark.slow]  # slow: left out of the quick subset (-m 'not slow')
 da, distributed = dask_and_futhark_or_skip()
 
 import dask  # noqa: E402
@@ -383,7 +383,7 @@ def test_import_without_dask_says_how_to_install():
 
     code = "import sys; sys.modules['dask'] = None; sys.modules['dask.array'] = None\nimport pybridge.dask"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode != 0 and "pip install 'pybridge[dask]'" in proc.stderr
+    assert proc.returncode != 0 and "pip install 'dask[array]' distributed" in proc.stderr
 
 
 def test_a_scattered_whole_argument_is_not_shipped_with_each_graph():

@@ -18,7 +18,7 @@ from ..cliargs import existing_file, output_file
 from . import report
 
 SUBCOMMANDS = ("overhead", "exchange", "fusion", "bandwidth", "matmul")
-# Run only when asked (not by `all`): scaling starts Dask clusters and needs pybridge[dask];
+# Run only when asked (not by `all`): scaling starts Dask clusters and needs dask and distributed;
 # programs compiles every program twice (executable and library) and takes minutes.
 EXTRA_SUBCOMMANDS = ("scaling", "programs")
 _HELP = {
@@ -28,7 +28,7 @@ _HELP = {
     "bandwidth": "saxpy / sum / scan bandwidth vs device copy (pybridge.bench.bandwidth)",
     "matmul": "matmul vs cuBLAS (pybridge.bench.matmul)",
     "programs": "real programs: pybridge vs the Futhark compiler's own executable (pybridge.bench.programs)",
-    "scaling": "strong/weak scaling over 1..N Dask workers or GPUs (pybridge.bench.scaling; needs pybridge[dask])",
+    "scaling": "strong/weak scaling over 1..N Dask workers or GPUs (pybridge.bench.scaling; needs dask and distributed)",
 }
 
 

@@ -55,7 +55,7 @@ HELP = "real programs: pybridge on resident handles vs the Futhark compiler's ow
 TARGET_ADDED_MEDIAN_US = 2.0  # median over programs, c backend
 TARGET_ADDED_WORST_US = 4.0  # worst entry shape
 TARGET_RATIO_LONG = 1.02  # calls of 1 ms or more
-TARGET_RATIO_MEDIAN_ALL, TARGET_RATIO_WORST_ALL = 1.02, 1.2  # every pair (issue 23's cuda row)
+TARGET_RATIO_MEDIAN_ALL, TARGET_RATIO_WORST_ALL = 1.02, 1.2  # every pair (the cuda rows' targets)
 LONG_US = 1000.0
 ROUNDS = 6  # executable, pybridge and bare cffi alternate, runs split over this many rounds (each side first in two)
 
@@ -665,7 +665,7 @@ def summary_rows(backend: str, rows: list[dict[str, Any]]) -> list[dict[str, Any
         if gaps:
             out.append(row(b, "pybridge - bare cffi µs, calls < 1 ms: median", len(gaps), None, value=statistics.median(gaps)))
     ratios = [r["ratio"] for r in done if r["ratio"] is not None]
-    if ratios:  # issue 23's cuda targets: over every pair
+    if ratios:  # the cuda targets: over every pair
         out.append(row(b, "ratio, all pairs: median", len(ratios), None, value=statistics.median(ratios),
                        target=TARGET_RATIO_MEDIAN_ALL, met=statistics.median(ratios) <= TARGET_RATIO_MEDIAN_ALL))
         out.append(row(b, "ratio, all pairs: worst", len(ratios), None, value=max(ratios),

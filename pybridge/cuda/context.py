@@ -38,6 +38,8 @@ import atexit
 import threading
 from typing import Any
 
+from ..distribution import install_hint
+
 __all__ = [
     "PYCUDA_HINT",
     "compute_capability",
@@ -48,10 +50,7 @@ __all__ = [
     "same_context",
 ]
 
-PYCUDA_HINT = (
-    "pybridge.cuda needs PyCUDA (and an NVIDIA GPU with its driver) for this: "
-    "pip install 'pybridge[cuda]'  (or: pip install pycuda)"
-)
+PYCUDA_HINT = f"pybridge.cuda needs PyCUDA (and an NVIDIA GPU with its driver) for this: {install_hint('cuda')}"
 
 _state_lock = threading.Lock()
 _primary: dict[int, Any] = {}  # device ordinal -> retained primary context (PyCUDA Context)

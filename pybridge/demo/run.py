@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..distribution import install_hint
 from . import catalog, examples
 from .examples import Example
 
@@ -166,7 +167,7 @@ def _run_cuda_example(ex: Example, size: int | None) -> tuple[str, str, str, str
         from .. import bench, cuda
 
         if not cuda.have_pycuda():
-            return (where, "skipped", "-", "PyCUDA not installed (pip install 'pybridge[cuda]')")
+            return (where, "skipped", "-", f"PyCUDA not installed ({install_hint('cuda')})")
         import pycuda.driver as drv
 
         args = ex.inputs(size)
@@ -205,7 +206,7 @@ def run_demo(names: Sequence[str], size: int | None, *, built: Mapping[str, Any]
         import pybridge.testing  # noqa: F401 - the comparison every check uses
     except ImportError as e:
         print(f"pybridge demo checks results with pybridge.testing, which needs hypothesis: "
-              f"pip install 'pybridge[testing]' [{e}]")
+              f"{install_hint('testing')} [{e}]")
         return 1
     gpu, why = gpu_present()
     names = list(names) or list(examples.DEMO_EXAMPLES)
@@ -250,7 +251,7 @@ def run_demo(names: Sequence[str], size: int | None, *, built: Mapping[str, Any]
               "compiler (scripts/install-futhark.sh) and builds futhark/*.fut.")
     if not gpu:
         print(f"No GPU here ({why}): CUDA kernels and the cuda backend were not run. On a machine "
-              "with an NVIDIA GPU: `make cuda` and `pip install 'pybridge[cuda]'`.")
+              f"with an NVIDIA GPU: `make cuda` and `{install_hint('cuda')}`.")
     if not ran:
         reason = "no Futhark library is built (run `make`)" + ("" if gpu else f" and there is no GPU ({why})")
         print(f"pybridge demo: nothing ran: {reason}", file=sys.stderr)

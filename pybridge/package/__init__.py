@@ -5,7 +5,7 @@ Per backend the wheel holds each program's library, manifest and source and its 
 compiled here (``binding.build_api_module``), plus a generated module (``import NAME``,
 ``NAME.load(backend=None)``, the entry points as functions and methods) with its ``.pyi`` stub and
 ``py.typed``. The wheel is written by the ``wheel`` package's ``WheelFile`` (RECORD with hashes);
-its metadata require pybridge's run time only (pybridge, numpy, cffi).
+its metadata require pybridge's run time only (pybridge-futhark at a compatible version, numpy, cffi).
 
     NAME/__init__.py, __init__.pyi, py.typed
     NAME/_futhark/package.json                       programs and files per backend
