@@ -283,31 +283,54 @@ def test_cpu_pin_problems_say_which_gpu_and_why():
 # ---------------------------------------------------------------- the benchmark
 
 
-def test_scaling_benchmark_rows_section_and_plot(tmp_path):
+def test_scaling_benchmark_rows_section_and_plot(client, tmp_path):
+    """The benchmark's CPU run on the module's cluster (its first 2 workers): the rows, the
+    targets judged, the section and plot, and the rows it appends as it goes rebuilding the same
+    section (what a run cut short leaves)."""
     import argparse
 
-    from pybridge.bench import scaling
+    from pybridge.bench import scaling, scaling_report
 
     p = argparse.ArgumentParser()
     scaling.add_arguments(p)
     args = p.parse_args(["--workers", "2", "--rows", "B0,B2,B3", "--section", str(tmp_path / "s.md"),
-                         "--plot", str(tmp_path / "s.png")])
+                         "--plot", str(tmp_path / "s.png"), "--rows-out", str(tmp_path / "rows.jsonl")])
     args.quick = True
-    rows = scaling.run(args)
+    rows = scaling.run(args, client=client)
     assert not [r for r in rows if r.get("skipped")], [r["skipped"] for r in rows if r.get("skipped")]
     groups = {r["benchmark"] for r in rows}
     assert groups == {"B0 overhead", "B2 weak Jacobi", "B3 strong matmul", "B3 broadcast of B"}
     fit = [r for r in rows if r["impl"].startswith("fit")][0]
     assert fit["per_task_ms"] is not None and fit["target"] == scaling.TARGETS["B0"] and isinstance(fit["met"], bool)
+    assert fit["smallest_ms"] > 0 and fit["plain_smallest_ms"] > 0
     judged = [r for r in rows if r["workers"] == 2 and r["impl"].startswith("pybridge")]
     assert judged and all("met" in r for r in judged if r["benchmark"] == "B3 strong matmul")
     for r in rows:
         if r["impl"].startswith(("pybridge", "Dask")) and r["benchmark"] != "B0 overhead":
-            assert r["median_us"] > 0 and r["samples"] == 2  # --quick: 2 timed runs after the warm-up
+            assert r["median_us"] > 0 and r["samples"] == 2 and r["submit_us"] > 0  # --quick: 2 timed runs after the warm-up
     text = (tmp_path / "s.md").read_text()
     assert text.startswith("## Multi-GPU") and "| B3 strong matmul: pybridge Futhark, 2 workers | speedup ≥ 1.9 |" in text
     assert "| B1 | efficiency ≥ 0.95 at 2 GPUs, ≥ 0.90 at 4 | not measured in this run |" in text
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+    again, meta = scaling_report.read_rows(str(tmp_path / "rows.jsonl"))
+    assert [r["impl"] for r in again] == [r["impl"] for r in rows] and meta["counts"] == [2]
+    cut = tmp_path / "cut.jsonl"  # a run killed mid-line: what was written still makes a section
+    cut.write_text((tmp_path / "rows.jsonl").read_text()[:-40])
+    partial, _ = scaling_report.read_rows(str(cut))
+    assert 0 < len(partial) < len(rows) + 1
+    assert client.run(pbd.worker_state)  # the module's cluster is left working
+
+
+def test_b0_fit_is_not_bent_by_one_noisy_count():
+    from pybridge.bench.scaling import fit_overhead
+
+    fixed, per = fit_overhead({4: 0.006, 16: 0.018, 64: 0.066, 256: 0.258})
+    assert fixed == pytest.approx(0.002) and per == pytest.approx(0.001)
+    fixed, per = fit_overhead({4: 0.006, 16: 0.018, 64: 0.066, 256: 0.400})  # one slow count
+    assert per == pytest.approx(0.001) and fixed == pytest.approx(0.002)  # least squares: 1.6 ms/task, fixed -13 ms
+    fixed, per = fit_overhead({4: 0.030, 16: 0.018, 64: 0.066, 256: 0.258})  # or the smallest
+    assert per == pytest.approx(0.001) and fixed == pytest.approx(0.002)
+    assert fit_overhead({8: 0.02}) == (0.02, 0.0)
 
 
 # ---------------------------------------------------------------- NCCL's deadlines, without a GPU
