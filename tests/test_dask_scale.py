@@ -321,6 +321,30 @@ def test_scaling_benchmark_rows_section_and_plot(client, tmp_path):
     assert client.run(pbd.worker_state)  # the module's cluster is left working
 
 
+def test_a_failed_group_and_a_spent_budget_are_reported_and_the_run_goes_on(client, monkeypatch, tmp_path):
+    import argparse
+
+    from pybridge.bench import scaling
+
+    def broken(*args):
+        raise RuntimeError("the GPU caught fire")
+
+    monkeypatch.setitem(scaling.GROUPS, "B2", broken)
+    p = argparse.ArgumentParser()
+    scaling.add_arguments(p)
+    args = p.parse_args(["--workers", "2", "--rows", "B2,B0", "--section", str(tmp_path / "s.md")])
+    args.quick = True
+    rows = scaling.run(args, client=client)
+    assert [r["skipped"] for r in rows if r.get("skipped")] == ["failed: RuntimeError: the GPU caught fire"]
+    assert any(r["impl"].startswith("fit") for r in rows)  # B0 still ran
+    assert "| B2 | efficiency ≥ 0.90 at 4 GPUs | not measured in this run | – | failed: RuntimeError" in (tmp_path / "s.md").read_text()
+    args = p.parse_args(["--workers", "2", "--rows", "B0", "--budget", "0.001"])
+    args.quick = True
+    time.sleep(0.01)
+    rows = scaling.run(args, client=client)
+    assert len(rows) == 1 and rows[0]["skipped"].startswith("out of time")
+
+
 def test_b0_fit_is_not_bent_by_one_noisy_count():
     from pybridge.bench.scaling import fit_overhead
 

@@ -93,7 +93,7 @@ def _library(prog: str, backend: str) -> str:
     return str(built) if built is not None else str(_ROOT / "futhark" / f"{prog}.fut")
 
 
-class OutOfTime(Exception):
+class _OutOfTime(Exception):
     """The run's --budget is spent: the measurement was not started."""
 
 
@@ -150,7 +150,7 @@ class Setup:
 
     def check_time(self, what: str) -> None:
         if self.left() <= 0:
-            raise OutOfTime(f"--budget spent before {what}")
+            raise _OutOfTime(f"--budget spent before {what}")
 
     # -- the cluster and its communicators
 
@@ -442,10 +442,10 @@ def run(args: argparse.Namespace, client: Any = None) -> list[dict[str, Any]]:
             mine = rows.child()
             try:
                 if s.left() <= 0:
-                    raise OutOfTime("--budget spent before this group started")
+                    raise _OutOfTime("--budget spent before this group started")
                 client, counts_ws = live.ready()
                 GROUPS[group](s, client, Timer(s, s.repeat), counts_ws, mine)
-            except OutOfTime as e:
+            except _OutOfTime as e:
                 mine.append({"benchmark": group, "impl": "rest of the group", "size": None, "workers": None,
                              "median_us": None, "skipped": f"out of time: {e}"})
             except Exception as e:  # noqa: BLE001 - one failed group must not lose the others' rows
@@ -515,11 +515,25 @@ class _Cluster:
             return False
 
     def after_failure(self) -> None:
+        """A failed group may leave a worker dead, or busy with a task that waits for a peer that
+        failed (until its communicator's timeout): the next group would queue behind it. Start
+        afresh unless every worker answers and is idle within half a minute."""
         self.s.drop_comms()  # a communicator that timed out was aborted: start the next group with new ones
-        if self.client is not None and self.given is None and not self.healthy():
-            show("scaling: the cluster is not whole after that failure: starting a new one")
+        if self.client is None or self.given is not None:
+            return
+        deadline = time.monotonic() + 30
+        while self.healthy() and self._busy() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if not self.healthy() or self._busy():
+            show("scaling: the cluster is not whole or not idle after that failure: starting a new one")
             self.close()
             self.restarts += 1
+
+    def _busy(self) -> bool:
+        try:
+            return any(self.client.processing().values())
+        except Exception:  # noqa: BLE001 - a scheduler that does not answer
+            return True
 
     def between_groups(self) -> None:
         if self.client is None or not self.s.gpu:

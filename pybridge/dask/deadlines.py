@@ -4,10 +4,10 @@ A blocking NCCL communicator can block its caller for ever: ``ncclCommInitRank``
 joins, ``ncclGroupEnd`` while it connects to a peer that never answers, a stream sync behind a
 kernel waiting for that peer. CuPy's ``cupy.cuda.nccl`` offers only blocking communicators (no
 ``ncclConfig_t``), so :mod:`.nccl` runs each such call on a helper thread and waits here, with a
-deadline, on the task's thread; on the deadline it aborts the communicator (``ncclCommAbort``,
-itself bounded: NCCL documents abort as the way out of a stuck communicator, and it releases
-threads blocked inside NCCL) and raises. The helper thread is a daemon: one NCCL never releases
-cannot keep the worker process alive.
+deadline, on the task's thread; on the deadline it aborts the communicator (``ncclCommAbort``:
+NCCL's way out of a stuck communicator, which stops kernels waiting for a peer and sets the flag its
+host-side waits check; itself run bounded) and raises. The helper threads are daemons: one that NCCL
+never releases cannot keep the worker process alive, and the task has its error either way.
 
 No NCCL, CuPy or dask here: the functions take plain callables and are tested on CPU.
 """

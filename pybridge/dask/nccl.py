@@ -6,9 +6,8 @@ waits for it. No NCCL call can hang a task (:mod:`.deadlines`): the calls that m
 host (``ncclCommInitRank``, ``ncclGroupEnd`` connecting to a peer, ``ncclCommDestroy``) run on a
 helper thread waited on with the deadline, and the device work is waited for by polling an event,
 checking ``ncclCommGetAsyncError`` as it goes. When the deadline passes the communicator is
-aborted (``ncclCommAbort``: NCCL's own way out of a stuck collective, which also releases a thread
-blocked inside NCCL) and :class:`CommsTimeoutError` names the peers; the session is unusable after
-that: make a new one.
+aborted (``ncclCommAbort``: NCCL's own way out of a stuck collective) and :class:`CommsTimeoutError`
+names the peers; the session is unusable after that: make a new one.
 
 At initialisation every rank also exchanges a few bytes with every other rank and joins one
 all-reduce, so NCCL's connections (made lazily, at first use, since NCCL 2.22) are made while every
