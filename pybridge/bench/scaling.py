@@ -370,7 +370,7 @@ def _spmd_rows(group: str, s: Setup, client: Any, timer: Timer, counts_ws: list[
         k = len(ws)
         comms = s.comms(ws)
         inputs = make_inputs(ws, comms)
-        makes = {impl: (lambda fn=fn: graph(fn, inputs, comms)) for impl, fn in impls.items()}
+        makes = {impl: _bind(graph, fn, inputs, comms) for impl, fn in impls.items()}
         measured = _timed_rows(group, size, k, timer, makes, transport=comms.transport)
         for impl, r in measured.items():
             r["impl"] = f"{impl}, {_unit(s, k)}"
@@ -386,6 +386,10 @@ def _spmd_rows(group: str, s: Setup, client: Any, timer: Timer, counts_ws: list[
                 r["GB/s"] = k ** (1 if weak else 0) * work_bytes / t / 1e9
             rows.append(r)
         del inputs
+
+
+def _bind(graph: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    return lambda: graph(*args)
 
 
 def _judge(rows: list[dict[str, Any]], group: str, key: str) -> None:
