@@ -343,6 +343,15 @@ def test_a_failed_group_and_a_spent_budget_are_reported_and_the_run_goes_on(clie
     time.sleep(0.01)
     rows = scaling.run(args, client=client)
     assert len(rows) == 1 and rows[0]["skipped"].startswith("out of time")
+    # A library that is not there (not built on the GPU machine): its rows say why, the rest run.
+    real = scaling._library
+    monkeypatch.setattr(scaling, "_library", lambda prog, backend: "/nonexistent/libjacobi.so" if prog == "jacobi" else real(prog, backend))
+    monkeypatch.setitem(scaling.GROUPS, "B2", scaling._group_b2)
+    args = p.parse_args(["--workers", "2", "--rows", "B2", "--section", str(tmp_path / "t.md")])
+    args.quick = True
+    rows = scaling.run(args, client=client)
+    assert len(rows) == 1 and "the jacobi entry point is not available here" in rows[0]["skipped"]
+    assert "- `jacobi`: " in (tmp_path / "t.md").read_text()
 
 
 def test_b0_fit_is_not_bent_by_one_noisy_count():

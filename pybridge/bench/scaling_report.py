@@ -89,6 +89,13 @@ def write_section(path: str, rows: list[dict[str, Any]], meta: dict[str, Any], p
     ]
     if plot:
         lines += [f"![speedup against GPU count]({Path(plot).name})", ""]
+    if meta.get("unavailable"):
+        lines += ["**Not available in this run** (their rows say so):", ""]
+        lines += [f"- `{name}`: {why}" for name, why in meta["unavailable"].items()] + [""]
+    skipped = [r for r in rows if r.get("skipped")]
+    if skipped:
+        lines += ["**Not measured** (failed, or out of the run's time budget):", ""]
+        lines += [f"- {r['benchmark']}, {r['impl']}: {r['skipped']}" for r in skipped] + [""]
     lines += ["**Topology** (`nvidia-smi topo -m`):", "", "```", topo, "```", ""]
     aff = meta.get("affinity")
     if aff:
