@@ -1,7 +1,9 @@
 # pybridge build: Futhark programs (futhark/*.fut, and the test programs tests/reference/*.fut) ->
 # shared libraries + manifests for every backend in FUTHARK_BACKENDS; CUDA kernels -> cubin/PTX +
 # host-launcher libraries. Missing tools skip their part with one line saying what, why and how to
-# get them; `make futhark` / `make cuda` alone fail instead.
+# get them; `make futhark` / `make cuda` alone fail instead. Each step prints one progress line,
+# `[3/24] futhark c futhark/saxpy.fut` (n: the library's place among all N this run may build, so
+# a partial rebuild skips numbers); `make V=1` prints the commands themselves.
 
 # The Futhark compiler: $FUTHARK, else `futhark` on PATH, else this checkout's .tools/bin/futhark,
 # else the per-user install that scripts/install-futhark.sh makes ($PYBRIDGE_TOOLS, else
@@ -35,12 +37,20 @@ CUDA_HOME       ?= $(or $(wildcard /usr/local/cuda),$(patsubst %/bin/,%,$(dir $(
 
 BUILD := $(patsubst %/,%,$(BUILD))
 
+# Progress: Q hides a command (V=1 shows them all); NUM_<output> is its place in its list.
+V ?= 0
+Q := $(if $(filter 1,$(V)),,@)
+QUIET_OUT := $(if $(filter 1,$(V)),,>/dev/null)
+number = $(eval _seen :=)$(foreach f,$(1),$(eval _seen += x)$(eval NUM_$(f) := $(words $(_seen))))
+
 # ---------------------------------------------------------------- Futhark
 # build/futhark/<backend>/ from futhark/*.fut (shipped by `pip install .`); build/reference/<backend>/
 # from tests/reference/*.fut (test data the API tests run on, never shipped).
 FUT_PROGS := $(patsubst futhark/%.fut,%,$(wildcard futhark/*.fut))
 REF_PROGS := $(patsubst tests/reference/%.fut,%,$(wildcard tests/reference/*.fut))
 FUT_LIBS  := $(foreach b,$(FUTHARK_BACKENDS),$(FUT_PROGS:%=$(BUILD)/futhark/$(b)/lib%.so) $(REF_PROGS:%=$(BUILD)/reference/$(b)/lib%.so))
+$(call number,$(FUT_LIBS))
+FUT_STEP = [$(NUM_$(1))/$(words $(FUT_LIBS))]
 
 # Link flags the generated C needs, per backend (cuda: measured with Futhark 0.25.34).
 FUT_LDLIBS_c         := -lm
@@ -71,6 +81,8 @@ CU_GENCODE := -gencode arch=compute_$(CU_SM),code=sm_$(CU_SM) -gencode arch=comp
 # To profile with source lines: make cuda NVCCFLAGS='-O3 -std=c++17 -lineinfo'.
 NVCCFLAGS ?= -O3 -std=c++17
 CU_OUTPUTS := $(foreach m,$(CU_MODS),$(CU_DIR)/$(m).cubin $(CU_DIR)/$(m).ptx $(CU_DIR)/lib$(m).so $(CU_DIR)/lib$(m).launchers.json)
+$(call number,$(CU_OUTPUTS))
+CU_STEP = @echo "[$(NUM_$@)/$(words $(CU_OUTPUTS))] $(1) $< -> $@"
 
 HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo yes)
 NVCC_MISSING := skipped kernels_cu/*.cu: CUDA compiler '$(NVCC)' not found. \
@@ -103,16 +115,18 @@ futhark-libs: $(FUT_LIBS)
 define FUT_RULES
 $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json &: $(2)/%.fut pybridge/futhark/csource.py
 	@rm -rf $(BUILD)/$(3)/$(1)/.tmp-$$* && mkdir -p $(BUILD)/$(3)/$(1)/.tmp-$$*
-	$$(or $$(FUTHARK),$$(error no Futhark compiler: $$(FUTHARK_MISSING))) $(1) --library -o $(BUILD)/$(3)/$(1)/.tmp-$$*/$$* $$<
+	@echo "$$(call FUT_STEP,$(BUILD)/$(3)/$(1)/lib$$*.so) futhark $(1) $$<"
+	$$(Q)$$(or $$(FUTHARK),$$(error no Futhark compiler: $$(FUTHARK_MISSING))) $(1) --library -o $(BUILD)/$(3)/$(1)/.tmp-$$*/$$* $$<
 	@[ -f $(BUILD)/$(3)/$(1)/.tmp-$$*/$$*.c ] || cp $(BUILD)/$(3)/$(1)/$$*.c $(BUILD)/$(3)/$(1)/$$*.h $(BUILD)/$(3)/$(1)/$$*.json $(BUILD)/$(3)/$(1)/.tmp-$$*/ \
 	  || { echo "make: '$$(FUTHARK)' wrote no $$*.c and there is no carried $(BUILD)/$(3)/$(1)/$$*.c" >&2; exit 1; }
-	$(if $(filter cuda,$(1)),scripts/futhark_cuda13_compat.sh $$(CUDA_HOME)/include $(BUILD)/$(3)/$(1)/.tmp-$$*/$$*.c)
-	$$(PYTHON_SCRIPT) pybridge/futhark/csource.py $(BUILD)/$(3)/$(1)/.tmp-$$*/$$*.c
-	cp $$< $(BUILD)/$(3)/$(1)/$$*.fut
+	$(if $(filter cuda,$(1)),$$(Q)scripts/futhark_cuda13_compat.sh $$(CUDA_HOME)/include $(BUILD)/$(3)/$(1)/.tmp-$$*/$$*.c)
+	$$(Q)$$(PYTHON_SCRIPT) pybridge/futhark/csource.py $(BUILD)/$(3)/$(1)/.tmp-$$*/$$*.c $$(QUIET_OUT)
+	$$(Q)cp $$< $(BUILD)/$(3)/$(1)/$$*.fut
 	@cd $(BUILD)/$(3)/$(1) && mv -f .tmp-$$*/$$*.h .tmp-$$*/$$*.json . && mv -f .tmp-$$*/$$*.c . && rmdir .tmp-$$*
 
 $(BUILD)/$(3)/$(1)/lib%.so: $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h
-	$$(CC) $$(LIB_CFLAGS) -shared $$(FUT_CFLAGS_$(1)) -o $$@ $$< $$(FUT_LDLIBS_$(1))
+	@echo "$$(call FUT_STEP,$$@) $$(CC) $(1) $$@"
+	$$(Q)$$(CC) $$(LIB_CFLAGS) -shared $$(FUT_CFLAGS_$(1)) -o $$@ $$< $$(FUT_LDLIBS_$(1))
 
 .PRECIOUS: $(BUILD)/$(3)/$(1)/%.c $(BUILD)/$(3)/$(1)/%.h $(BUILD)/$(3)/$(1)/%.json $(BUILD)/$(3)/$(1)/%.fut
 endef
@@ -131,22 +145,26 @@ endif
 
 $(CU_DIR)/%.cubin: kernels_cu/%.cu $(CU_HDRS)
 	@mkdir -p $(CU_DIR)
-	$(NVCC) $(NVCCFLAGS) -cubin -arch=$(CUDA_ARCH) -o $@ $<
+	$(call CU_STEP,nvcc cubin)
+	$(Q)$(NVCC) $(NVCCFLAGS) -cubin -arch=$(CUDA_ARCH) -o $@ $<
 
 $(CU_DIR)/%.ptx: kernels_cu/%.cu $(CU_HDRS)
 	@mkdir -p $(CU_DIR)
-	$(NVCC) $(NVCCFLAGS) -ptx -arch=compute_$(CU_SM) -o $@ $<
+	$(call CU_STEP,nvcc ptx)
+	$(Q)$(NVCC) $(NVCCFLAGS) -ptx -arch=compute_$(CU_SM) -o $@ $<
 
 $(CU_DIR)/lib%.so: kernels_cu/%.cu $(CU_HDRS)
 	@mkdir -p $(CU_DIR)
-	$(NVCC) $(NVCCFLAGS) $(CU_GENCODE) -shared -Xcompiler -fPIC -o $@ $<
+	$(call CU_STEP,nvcc launchers)
+	$(Q)$(NVCC) $(NVCCFLAGS) $(CU_GENCODE) -shared -Xcompiler -fPIC -o $@ $<
 
 # The host launchers' declarations, read from the .cu's own lines (their /*[n]*/ sizes), for
 # pybridge.cuda.load_launchers. Standard-library Python: runs before `pip install`; -I keeps
 # pybridge/cuda off sys.path.
 $(CU_DIR)/lib%.launchers.json: kernels_cu/%.cu pybridge/cuda/launcher_sidecar.py
 	@mkdir -p $(CU_DIR)
-	$(PYTHON_SCRIPT) pybridge/cuda/launcher_sidecar.py $< $@
+	$(call CU_STEP,declarations)
+	$(Q)$(PYTHON_SCRIPT) pybridge/cuda/launcher_sidecar.py $< $@
 
 # ---- Tests and housekeeping
 test: all

@@ -18,7 +18,7 @@
 # build/reference/cuda, .carry-programs and .carry-cub (untracked; never commit them).
 # Copy $OUT/BENCHMARKS.md and $OUT/benchmarks.png back into the repository.
 set -u
-export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=${PYBRIDGE_CACHE:-/tmp/pb-cache}
+export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=${PYBRIDGE_CACHE:-/tmp/pb-cache} PYBRIDGE_TEST_CACHE=${PYBRIDGE_TEST_CACHE:-${PYBRIDGE_CACHE:-/tmp/pb-cache}}
 source .gpu-wheels/install.sh
 python3 -c "import distributed" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-site .whl/*.whl
 OUT=${OUT:-.}

@@ -8,7 +8,7 @@
 # FUTHARK_BACKEND=cuda).
 # Then `pybridge bench overhead` (cuda entry points against their floors; SKIP_OVERHEAD=1 skips it).
 set -u
-export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=${PYBRIDGE_CACHE:-/tmp/pb-cache}
+export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=${PYBRIDGE_CACHE:-/tmp/pb-cache} PYBRIDGE_TEST_CACHE=${PYBRIDGE_TEST_CACHE:-${PYBRIDGE_CACHE:-/tmp/pb-cache}}
 OUT=${OUT:-/tmp}
 source .gpu-wheels/install.sh
 python3 -c "import distributed" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-site .whl/*.whl

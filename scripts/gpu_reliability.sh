@@ -9,7 +9,7 @@
 set -u
 REAL_OUT=${OUT:-/tmp}
 LOGS=/tmp/reliability-logs
-export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=/tmp/pb-cache PYTHONUNBUFFERED=1
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=/tmp/pb-cache PYBRIDGE_TEST_CACHE=/tmp/pb-cache PYTHONUNBUFFERED=1
 mkdir -p "$LOGS"
 source .gpu-wheels/install.sh
 nproc; nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader

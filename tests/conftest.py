@@ -22,12 +22,14 @@ import importlib.metadata
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import pybridge
+from pybridge.distribution import NAME as DISTRIBUTION
 from pybridge.paths import find_build_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,9 +38,9 @@ FROM_SOURCE_TREE = PYBRIDGE_DIR == (ROOT / "pybridge").resolve()
 
 
 def _installed_distribution() -> tuple[bool, bool]:
-    """(a pybridge distribution is installed, it is an editable one); the checkout's own
-    pybridge.egg-info (setuptools leaves it there) is not an installation."""
-    for dist in importlib.metadata.distributions(name="pybridge"):
+    """(pybridge's distribution is installed, it is an editable one); the checkout's own
+    pybridge_futhark.egg-info (setuptools leaves it there) is not an installation."""
+    for dist in importlib.metadata.distributions(name=DISTRIBUTION):
         if Path(str(dist.locate_file(""))).resolve() == ROOT:
             continue
         direct = dist.read_text("direct_url.json")
@@ -73,6 +75,22 @@ if not FROM_SOURCE_TREE:
                 break
 
 
+# The tests never write into the user's cache (platformdirs' ~/.cache/pybridge, or a $PYBRIDGE_CACHE
+# of theirs): every run gets a temporary folder, removed at the end, which child processes inherit.
+# PYBRIDGE_TEST_CACHE names a folder to use instead, kept between runs (warm API-mode and CUDA
+# builds: quicker reruns, the GPU scripts). A test that sets PYBRIDGE_CACHE itself keeps its own.
+_SESSION_CACHE: str | None = None
+if os.environ.get("PYBRIDGE_TEST_CACHE"):
+    os.environ["PYBRIDGE_CACHE"] = os.environ["PYBRIDGE_TEST_CACHE"]
+else:
+    _SESSION_CACHE = os.environ["PYBRIDGE_CACHE"] = tempfile.mkdtemp(prefix="pybridge-test-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _SESSION_CACHE is not None:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
 _PROBLEM = pybridge_under_test_problem()
 _HOW = ("Run the README's test command, `.venv/bin/pytest -rs tests` (pytest's entry point; `python -m pytest` "
         "puts the checkout first on sys.path).")
@@ -84,7 +102,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    lines = [f"pybridge under test: {PYBRIDGE_DIR} ({'source tree' if FROM_SOURCE_TREE else 'installed package'})"]
+    lines = [f"pybridge under test: {PYBRIDGE_DIR} ({'source tree' if FROM_SOURCE_TREE else 'installed package'}); "
+             f"cache: {os.environ['PYBRIDGE_CACHE']}{'' if _SESSION_CACHE is None else ' (this run only)'}"]
     if _PROBLEM:
         lines.append(f"WARNING: {_PROBLEM[0]}. {_HOW}")
     return lines
@@ -183,8 +202,8 @@ def dask_and_futhark_or_skip() -> tuple[Any, Any]:
     """(dask.array, distributed) for the pybridge.dask tests, called at module level: the module is
     skipped, saying what to install, without dask or without the Futhark compiler (which builds
     the libraries the workers load)."""
-    da = pytest.importorskip("dask.array", reason="dask is not installed: pip install '.[dask]'")
-    distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
+    da = pytest.importorskip("dask.array", reason="dask is not installed: pip install 'dask[array]' distributed")
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install 'dask[array]' distributed")
     from pybridge.futhark.build import futhark_compiler
 
     if futhark_compiler() is None:

@@ -25,6 +25,7 @@ from pybridge.futhark.build import build_program, futhark_compiler, source_files
 from pybridge.ownership import TEMP_PREFIX, TRASH_PREFIX
 
 pytestmark = [
+    pytest.mark.slow,  # left out of the quick subset (-m 'not slow')
     pytest.mark.futhark,
     pytest.mark.skipif(futhark_compiler() is None, reason="the Futhark compiler is not installed (scripts/install-futhark.sh)"),
 ]

@@ -27,6 +27,8 @@ from pybridge.cuda.module import Module, cubin_arch
 from pybridge.cuda.signature import KernelSignature, Param, SignatureError, parse_signature
 from pybridge.ownership import MARK, TEMP_PREFIX
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 ROOT = Path(__file__).resolve().parents[1]
 needs_nvcc = pytest.mark.skipif(shutil.which(os.environ.get("NVCC", "nvcc")) is None, reason="nvcc not on PATH")
 

@@ -26,7 +26,7 @@ from pybridge.demo import examples as E
 from pybridge.paths import find_build_file
 from pybridge.testing import InputOptions, Tolerance, check_against, elements, to_numpy
 
-pytestmark = pytest.mark.futhark
+pytestmark = [pytest.mark.futhark, pytest.mark.slow]  # slow: left out of the quick subset (-m 'not slow')
 
 BACKENDS = [
     pytest.param("c", id="c"),

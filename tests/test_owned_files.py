@@ -85,7 +85,7 @@ LOAD = textwrap.dedent("""
     import sys
     import pybridge.futhark as pf
     try:
-        lib = pf.load(sys.argv[1])
+        lib = pf.load(sys.argv[1], backend="c")
     except Exception as e:
         print(f"{type(e).__name__}: {e}", file=sys.stderr)
         raise SystemExit(3)
@@ -259,11 +259,11 @@ def hijack(w: World, place: str) -> Path:
 def run_command(w: World, command: str) -> tuple[int, str]:
     """Run one command; (exit status, what it said on stderr)."""
     if command == "build -o":
-        proc = run_pybridge(["build", "p.fut", "-o", "out"], w.cache, w.work)
+        proc = run_pybridge(["build", "p.fut", "--backend", "c", "-o", "out"], w.cache, w.work)
     elif command == "load":
         proc = run_load(w.cache, w.work)
     elif command == "bound":  # the bound after a build, with a 1-byte PYBRIDGE_CACHE_MAX_BYTES
-        proc = run_pybridge(["build", "p.fut"], w.cache, w.work, PYBRIDGE_CACHE_MAX_BYTES="1")
+        proc = run_pybridge(["build", "p.fut", "--backend", "c"], w.cache, w.work, PYBRIDGE_CACHE_MAX_BYTES="1")
     elif command == "stubs":
         (w.work / "stubs").mkdir(exist_ok=True)  # stubs writes a file into a folder the user has
         proc = run_pybridge(["stubs", "p.fut", "-o", "stubs/p.pyi"], w.cache, w.work)
@@ -355,7 +355,7 @@ def test_build_o_leaves_the_folders_beside_its_output_alone(world: World) -> Non
     before = {p: state(p) for p in neighbours}
     names = set(os.listdir(w.work))
     for out in ("out", str(w.work / "out")):  # relative and absolute
-        proc = run_pybridge(["build", "p.fut", "-o", out], w.cache, w.work)
+        proc = run_pybridge(["build", "p.fut", "--backend", "c", "-o", out], w.cache, w.work)
         assert proc.returncode == 0, proc.stderr
     assert {p: state(p) for p in neighbours} == before
     assert set(os.listdir(w.work)) == names  # no .out.lock, nothing else
@@ -385,8 +385,8 @@ def test_a_foreign_cache_root_is_refused_by_every_command(world: World, tmp_path
     for p in mine.rglob("*"):
         age(p, 30 * DAY)
     before = state(mine)
-    for args in (["cache", "clear"], ["cache", "clear", "--older-than", "1d"], ["cache"], ["build", "p.fut"],
-                 ["build", "p.fut", "-o", "out"]):
+    for args in (["cache", "clear"], ["cache", "clear", "--older-than", "1d"], ["cache"], ["build", "p.fut", "--backend", "c"],
+                 ["build", "p.fut", "--backend", "c", "-o", "out"]):
         proc = run_pybridge(args, mine, world.work)
         said = proc.stderr.strip().splitlines()
         assert proc.returncode != 0 and len(said) == 1, (args, proc.stderr)
@@ -496,7 +496,7 @@ def test_a_carriage_return_in_the_cache_path_builds_and_loads(world: World, tmp_
     odd = tmp_path / "my\rcache"
     loaded = run_load(odd, world.work)
     assert loaded.returncode == 0 and loaded.stdout.strip() == "api", loaded.stderr
-    built = run_pybridge(["build", "p.fut", "-o", str(tmp_path / "out")], odd, world.work)
+    built = run_pybridge(["build", "p.fut", "--backend", "c", "-o", str(tmp_path / "out")], odd, world.work)
     assert built.returncode == 0, built.stderr
     assert set(os.listdir(tmp_path / "out")) == OUTPUTS
 

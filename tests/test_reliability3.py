@@ -30,6 +30,7 @@ ALIASING = ROOT / "tests" / "programs" / "aliasing.fut"
 TYPES = ROOT / "tests" / "reference" / "types.fut"
 
 pytestmark = [
+    pytest.mark.slow,  # left out of the quick subset (-m 'not slow')
     pytest.mark.futhark,
     pytest.mark.skipif(futhark_compiler() is None, reason="no Futhark compiler: run scripts/install-futhark.sh"),
 ]

@@ -89,7 +89,7 @@ def test_a_record_in_the_current_directory_never_chooses_the_compiler(tmp_path: 
     (stranger / "prog.fut").write_text("entry f (x: i32) : i32 = x + 1\n")
     log = tmp_path / "compiler.log"
     logging_wrapper(tmp_path / "data" / "pybridge" / "tools" / "bin" / "futhark", "per-user", log, str(REAL_FUTHARK))
-    code = CHILD_PRELUDE + "with pf.load('prog.fut', mode='abi') as lib:\n    print(lib.f(1))\n"
+    code = CHILD_PRELUDE + "with pf.load('prog.fut', backend='c', mode='abi') as lib:\n    print(lib.f(1))\n"
     proc = subprocess.run([sys.executable, "-c", code], cwd=stranger, env=user_env(tmp_path, site),
                           capture_output=True, text=True, timeout=240)
     assert not (tmp_path / "canary").exists(), (tmp_path / "canary").read_text()

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cliargs import backend
 from .cdriver import DriverUnavailable, run_driver
 from .common import cuda_sync, gpu_status, optional, positive_int, probe_library, pycuda_status, row, skipped
 from .timing import Progress, measure
@@ -39,7 +40,7 @@ C_LAUNCH, C_LAUNCHER, GRAPH = "C loop cuLaunchKernel", "C loop launch_saxpy", "C
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", default=None, help="Futhark backend (default: cuda with a GPU, else c)")
+    p.add_argument("--backend", type=backend(), default=None, help="Futhark backend (default: cuda with a GPU, else c)")
     p.add_argument("--calls", type=positive_int, default=None, help="calls per timed batch")
     p.add_argument("--n", type=positive_int, default=4096, help="CUDA saxpy length (small: host-bound)")
 

@@ -131,6 +131,7 @@ class CompileError(PybridgeError, RuntimeError):
         self.file = first.file if first else None
         self.line = first.line if first else None
         head = f"{summary}: {first}" if first else summary
+        self.summary = summary  # without the compiler's text (pybridge build prints that once, after it)
         text = output.strip()
         super().__init__(f"{head}\n{text}" if text else head)
 
@@ -571,12 +572,14 @@ def _compile_pycuda(pycuda, job: _Job, target: str, arch: str) -> tuple[bytes, s
 
 
 def describe(built: CompiledSource) -> str:
-    """What ``pybridge build x.cu`` prints: the images and each declared kernel."""
+    """What ``pybridge build x.cu`` prints: the images and each declared kernel (one whose declaration
+    cannot be used is left out: ``pybridge build`` reports it as an error)."""
     lines = [f"cubin ({built.arch}): {built.cubin}", f"ptx: {built.ptx}",
              f"options: {shlex.join(built.options)}", f"{'cached' if built.from_cache else 'compiled'}: {built.key}"]
     decls = built.declarations
     for kname, sig in sorted(decls.kernels.items()):
-        lines.append(f"kernel {sig}" if not isinstance(sig, Exception) else f"kernel {kname}: {str(sig).splitlines()[0]}")
+        if not isinstance(sig, Exception):
+            lines.append(f"kernel {sig}")
     for kname in sorted(decls.cpp_kernels):
         lines.append(f'kernel {kname}: C++ linkage (mangled name): declare it extern "C" to load it by name')
     return "\n".join(lines)

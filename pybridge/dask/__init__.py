@@ -19,16 +19,18 @@ errors naming the block and worker) -> ``plan`` (argument and chunk checks, the 
 ``array`` (map_blocks, reduction) and ``kernels`` (CUDA kernels, same mechanism); ``cluster`` makes
 one worker per GPU; ``placement`` ranks workers and places blocks; ``born`` makes blocks on the
 workers; ``comms`` / ``nccl`` are the communicators; ``spmd`` runs one task per worker;
-``resident`` is the worker plugin. Needs ``pip install 'pybridge[dask]'``.
+``resident`` is the worker plugin. Needs dask and distributed: ``pip install 'dask[array]' distributed``.
 """
 
 from __future__ import annotations
+
+from ..distribution import install_hint
 
 try:
     import dask.array  # noqa: F401
     import distributed  # noqa: F401
 except ImportError as e:  # pragma: no cover - exercised where dask is absent
-    raise ImportError(f"pybridge.dask needs dask and distributed: pip install 'pybridge[dask]' [{e}]") from e
+    raise ImportError(f"pybridge.dask needs dask and distributed: {install_hint('dask')} [{e}]") from e
 
 from .array import entry, map_blocks, reduction, scatter, to_device, to_host
 from .born import BlockInfo, from_function, random

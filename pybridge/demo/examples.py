@@ -29,7 +29,7 @@ Shared definitions that the CUDA kernels follow:
 
 These references are the project's only NumPy definitions of its kernels: the demo, the tests and
 the GPU tests all use them.  This module imports neither ``pybridge.futhark`` nor ``pybridge.cuda``;
-checking a result uses ``pybridge.testing`` (hypothesis: ``pip install 'pybridge[testing]'``).
+checking a result uses ``pybridge.testing`` (hypothesis: ``pip install hypothesis``).
 """
 
 from __future__ import annotations

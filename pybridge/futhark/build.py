@@ -29,11 +29,12 @@ from pathlib import Path
 from .. import cache, executables, toolchain
 from ..ownership import MARK as OWNED_MARK, TEMP_PREFIX, discard, is_regular, sweep, temporary_folder
 from ..paths import cache_dir
+from ..backends import check_backend, choose_backend
 from .csource import MARK as HARDENING_MARK, harden_file
 from ..errors import PybridgeError
 
 
-LINK_FLAGS = {
+LINK_FLAGS = {  # one per backends.BACKENDS
     "c": ["-lm"],
     "multicore": ["-lm", "-lpthread"],
     "ispc": ["-lm", "-lpthread"],
@@ -89,6 +90,24 @@ def cuda_home() -> Path:
     return home if home is not None and (home / "include" / "cuda.h").is_file() else Path("/usr/local/cuda")
 
 
+def cuda_toolkit() -> tuple[bool, str]:
+    """Whether the cuda backend can be built here: nvcc and the toolkit's cuda.h and nvrtc.h."""
+    if executables.configured("NVCC", "nvcc") is None:
+        return False, "nvcc not found"
+    for header in ("cuda.h", "nvrtc.h"):  # Futhark's cuda backend includes both
+        if not (cuda_home() / "include" / header).is_file():
+            return False, f"no {header} in {cuda_home() / 'include'} (set CUDA_HOME to the toolkit)"
+    return True, ""
+
+
+def default_backend() -> str:
+    """The backend a source is built for when none is named: the best this machine can build and
+    run (backends.choose_backend: cuda where a GPU is usable and the CUDA toolkit is here, else
+    multicore)."""
+    buildable = ["c", "multicore"] + (["cuda"] if cuda_toolkit()[0] else [])
+    return choose_backend(buildable)
+
+
 def _cuda_dirs() -> tuple[list[str], list[str]]:
     home = cuda_home()
     lib = home / "lib64"
@@ -97,18 +116,17 @@ def _cuda_dirs() -> tuple[list[str], list[str]]:
 
 def build_program(
     source: str | os.PathLike[str],
-    backend: str = "c",
+    backend: str | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     futhark: str | None = None,
     cc: str | None = None,
 ) -> Path:
-    """Compile ``source`` for ``backend``; return the path of ``lib<prog>.so`` (manifest beside it):
-    in the cache, or copied from there into ``out_dir``."""
+    """Compile ``source`` for ``backend`` (default: :func:`default_backend`); return the path of
+    ``lib<prog>.so`` (manifest beside it): in the cache, or copied from there into ``out_dir``."""
     src = Path(source).resolve()
     if not src.is_file():
         raise FileNotFoundError(f"source: {src} does not exist")
-    if backend not in LINK_FLAGS:
-        raise ValueError(f"backend: expected one of {sorted(LINK_FLAGS)}, got {backend!r}")
+    backend = default_backend() if backend is None else check_backend(backend)
     if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise ValueError(f"out_dir: {out_dir} exists and is not a directory")
     compiler = executables.find(futhark) if futhark else futhark_compiler()
