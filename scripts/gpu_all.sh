@@ -23,7 +23,7 @@ if [ -d .carry-gen/aliasing ] && [ -z "${SKIP_LIFECYCLE:-}" ]; then
   echo "== lifecycle machine on cuda (aliasing program, crash-detecting runner)"
   python3 -c "from pybridge.futhark.build import compile_library as c; c('.carry-gen/aliasing/aliasing.c', 'cuda', '.carry-gen/aliasing/libaliasing.so')" \
     && timeout ${LIFECYCLE_TIMEOUT:-180} python3 -m pybridge.testing.lifecycle_run --backend cuda \
-      --sequences ${LIFECYCLE_SEQUENCES:-1000} --batch 250 .carry-gen/aliasing/libaliasing.so > "$OUT/lifecycle-cuda.log" 2>&1
+      --sequences ${LIFECYCLE_SEQUENCES:-1000} --batch 250 --timeout $((${LIFECYCLE_TIMEOUT:-180} - 20)) .carry-gen/aliasing/libaliasing.so > "$OUT/lifecycle-cuda.log" 2>&1
   echo "rc=$?"; tail -4 "$OUT/lifecycle-cuda.log"
 fi
 tar czf "$REAL_OUT/gpu-logs.tar.gz" -C /tmp gpu-logs

@@ -114,6 +114,21 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"WARNING: {_PROBLEM[0]} ({PYBRIDGE_DIR}). {_HOW}", yellow=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _hang_reports_reach_the_terminal(request: pytest.FixtureRequest) -> None:
+    """A time limit of pybridge.testing.watchdog (the lifecycle machine's, per sequence) writes every
+    thread's stack, then exits: to pytest's copy of the terminal's stderr, which its faulthandler
+    plugin keeps (the capture would take sys.stderr's, and the exit lose them)."""
+    from _pytest import faulthandler as pytest_faulthandler
+
+    from pybridge.testing import watchdog
+
+    key = getattr(pytest_faulthandler, "fault_handler_stderr_fd_key", None)  # pytest >= 8
+    fd = request.config.stash.get(key, None) if key is not None else None
+    if fd is not None:
+        watchdog.report_to(fd)
+
+
 def gpu_available() -> tuple[bool, str]:
     try:
         cu = ctypes.CDLL("libcuda.so.1")

@@ -287,6 +287,11 @@ class Library:
         return self.context.report()
 
     def clear_caches(self) -> None:
+        """Give back the memory Futhark keeps for reuse: the blocks of 1 MiB and more that freed
+        values left in the context's host free list (libraries built by pybridge; Futhark 0.25.32
+        itself kept them until close() on c and multicore) and, on GPU backends, the device free
+        list. glibc may keep what was freed in its heap: ``ctypes.CDLL(None).malloc_trim(0)``
+        returns that (RELIABILITY.md, "Memory after many calls")."""
         self.context.clear_caches()
 
     def close(self) -> None:
