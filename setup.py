@@ -56,7 +56,7 @@ def _tell_terminal(line: str) -> None:
     silent `make` of minutes looks like a hang. Nothing without a terminal (CI logs, no tty)."""
     try:
         with open("/dev/tty", "w") as tty:
-            tty.write(line + "\n")
+            tty.write("\n" + line + "\n")  # on a line of its own, after pip's spinner
     except OSError:
         pass
 
