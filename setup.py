@@ -48,7 +48,8 @@ def _libraries(build: Path) -> list[Path]:
 
 
 _MAKE_STATE: dict[str, str] = {}
-MAKE_TAIL_LINES = 60  # of make's output, kept for the failure message
+MAKE_TAIL_LINES = 60  # of make's output, kept for the messages of build_py
+MAKE_FAILURE_LINES = 12  # repeated under "make failed": its error, whichever job of -j it came from
 
 
 def _tell_terminal(line: str) -> None:
@@ -89,7 +90,8 @@ def ensure_make_outputs() -> bool:
         return False
     _MAKE_STATE["ran"] = "\n".join(tail).strip()
     if proc.returncode != 0:
-        raise SystemExit(f"pybridge: `make` failed (exit {proc.returncode}); its last lines:\n{_MAKE_STATE['ran']}")
+        last = "\n".join(list(tail)[-MAKE_FAILURE_LINES:])  # the rest was streamed above (pip shows it on failure)
+        raise SystemExit(f"pybridge: `make` failed (exit {proc.returncode}); the end of its output:\n{last}")
     return bool(_libraries(MAKE_BUILD))
 
 
