@@ -32,13 +32,12 @@ def _tree(dst: Path, makefile: str) -> Path:
     return dst
 
 
-def _build_py(tree: Path, **popen: object) -> subprocess.Popen[str]:
+def _build_py(tree: Path) -> subprocess.Popen[str]:
     pytest.importorskip("setuptools", minversion="64", reason="setup.py needs setuptools >= 64")
     env = {k: v for k, v in os.environ.items() if k not in ("PYBRIDGE_NO_MAKE", "PYBRIDGE_ALLOW_NO_LIBRARIES")}
     # A new session has no controlling terminal: the /dev/tty line must be skipped, not fail the build.
     return subprocess.Popen([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tree / "lib")], cwd=tree,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            **popen)  # type: ignore[call-overload]
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 WAITS_FOR_GO = """all:
