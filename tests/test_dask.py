@@ -151,29 +151,42 @@ def test_program_error_names_the_chunk(client):
 
 
 def test_killed_worker_is_replaced_and_its_tasks_rerun():
+    """A worker killed while it runs a block: the nanny starts a new process, the lost blocks run
+    again, the result is right. Robust on a loaded machine: the kill waits (generously) for a
+    worker that is busy after a first block finished anywhere, asking only the scheduler; and
+    there is work left then by construction (36 blocks of ~0.15 s on 2 workers, the first done
+    after one block's time), however slowly the machine runs them."""
     spin = ref("chunky", "spin")
-    x = np.linspace(0, 1, 24 * 2000, dtype=np.float32)
-    iters = 20_000  # ~0.15 s per block of 2000 here, ~2 s in all: the kill lands mid-computation
+    x = np.linspace(0, 1, 36 * 2000, dtype=np.float32)
+    iters = 20_000  # ~0.15 s per block of 2000 on an idle machine
     with pbd.local_cluster(n_workers=2, threads_per_worker=1, processes=True) as cluster, distributed.Client(cluster) as c:
         pids = c.run(os.getpid)
-        fut = c.compute(pbd.map_blocks(spin, np.int32(iters), chunked(x, 2000)), retries=2)
-        deadline = time.monotonic() + 30
+        graph = pbd.map_blocks(spin, np.int32(iters), chunked(x, 2000))
+        fut = c.compute(graph, retries=2)
+        deadline = time.monotonic() + 300  # a wait, not a timing: it costs nothing when the machine is quick
         victim = None
         while victim is None and time.monotonic() < deadline:
+            finished = c.run_on_scheduler(_tasks_in_memory, graph.name)
             busy = [w for w, tasks in c.processing().items() if tasks]
-            done = sum(1 for v in c.run(lambda: workers.stats()["libraries"]).values() for n in v.values() if n)
-            if busy and done:
+            if finished and busy:
                 victim = busy[0]
-            time.sleep(0.02)
-        assert victim is not None, "no worker was ever busy"
-        assert not fut.done(), "the computation finished before the kill: make the blocks slower"
+            else:
+                time.sleep(0.02)
+        assert victim is not None, "no worker was busy after a first block finished within 300 s"
+        left = 36 - c.run_on_scheduler(_tasks_in_memory, graph.name)
+        assert left > 0 and not fut.done(), "every block finished before the kill: make the blocks slower"
         os.kill(pids[victim], signal.SIGKILL)
-        got = fut.result(timeout=120)
-        c.wait_for_workers(2, timeout=60)
+        got = fut.result(timeout=600)
+        c.wait_for_workers(2, timeout=300)
         new_pids = set(c.run(os.getpid).values())
     assert pids[victim] not in new_pids and len(new_pids) == 2  # replaced by a fresh process
     lib = pf.load(spin.library.path, backend="c")
     np.testing.assert_array_equal(got, lib.spin(np.int32(iters), x).numpy())
+
+
+def _tasks_in_memory(name: str, dask_scheduler=None) -> int:
+    """Blocks of ``name`` finished so far (asked of the scheduler: no worker round trip)."""
+    return sum(1 for k, ts in dask_scheduler.tasks.items() if isinstance(k, tuple) and k[0] == name and ts.state == "memory")
 
 
 # ---------------------------------------------------------------- threads, in this process

@@ -1,9 +1,11 @@
 """``pybridge bench scaling``'s outputs beside the table: BENCHMARKS.md's multi-GPU section
 (markdown: every target with its figure, the protocol, the topology, every row) and the plot of
 speedup against GPU count with the ideal line. ``--section FILE`` also keeps the rows in
-``FILE.json``, from which both are made again elsewhere (a machine with matplotlib)::
+``FILE.json``, from which both are made again elsewhere (a machine with matplotlib); so are they
+from the rows a run appended to ``--rows-out`` as it went (a run cut short)::
 
     python -m pybridge.bench.scaling_report multi-gpu.json --section multi-gpu.md --plot scaling.png
+    python -m pybridge.bench.scaling_report rows.jsonl --section multi-gpu.md
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def target_lines(rows: list[dict[str, Any]]) -> list[str]:
         if r["benchmark"].startswith("B0"):
             fig = (f"fixed {r['fixed_ms']:.2f} ms, {r['per_task_ms']:.3f} ms/task, worst {r['worst_ratio']:.2f}× plain Dask "
                    f"(plain: {r['plain_fixed_ms']:.2f} ms + {r['plain_per_task_ms']:.3f} ms/task)")
+            if r.get("smallest_ms") is not None:
+                fig += f"; smallest graph {r['smallest_ms']:.2f} ms (plain {r['plain_smallest_ms']:.2f} ms)"
         elif r["benchmark"].startswith("size"):
             fig = f"{r['median_us'] / 1e3:.1f} ms per run, {r['configuration_s']:.1f} s in all"
         else:
@@ -48,9 +52,10 @@ def target_lines(rows: list[dict[str, Any]]) -> list[str]:
         met = "yes" if r["met"] else "**no**"
         out.append(f"| {r['benchmark']}: {r['impl']} | {r['target']} | {fig} | {met} | {r.get('note', '')} |")
     judged = {r["benchmark"].split()[0] for r in _pybridge_rows(rows)}
+    why = {r["benchmark"].split()[0]: r["skipped"] for r in rows if r.get("skipped")}
     for key, text in TARGETS.items():
         if key not in judged:
-            out.append(f"| {key} | {text} | not measured in this run | – | |")
+            out.append(f"| {key} | {text} | not measured in this run | – | {why.get(key, '')} |")
     return out
 
 
@@ -65,17 +70,32 @@ def write_section(path: str, rows: list[dict[str, Any]], meta: dict[str, Any], p
         f"after one warm-up; whole run {meta.get('seconds', 0):.0f} s).", "",
         "**Protocol.** One Dask worker per GPU (rotated `CUDA_VISIBLE_DEVICES`), libraries loaded once per worker "
         "(`pbd.PybridgeWorker`), NVLink multicast off (`NCCL_NVLS_ENABLE=0`). Inputs are made on the workers "
-        "(`pbd.random`, CuPy) before timing. A figure is the median of: submit the graph, `wait` for its futures, "
-        "synchronise the device of every worker it used (`client.run`); results stay on the workers. B1-B4 and the size "
-        "rows are one task per GPU (`pbd.spmd`); B2's halos and B3's broadcast of B go GPU to GPU over NCCL "
-        "(`pbd.Comms`). \"direct\" is the same work on one GPU without Dask (in a worker: call + device sync), rerun in "
-        "this run; weak efficiency = direct / time on k GPUs with k times the work; strong speedup = direct / time. "
-        "\"Dask alone\" is the same graph doing no work (Dask's floor); \"Dask + CuPy\" the same graph with CuPy doing it.",
+        "(`pbd.random`, CuPy) before timing. A figure is the median of runs (after one warm-up), each timed from "
+        "building the graph to `wait` returning for all its futures; every task of every row (pybridge, plain Dask, "
+        "Dask + CuPy, Dask alone alike) waits for its own GPU work before it returns (`sync=True`: its CuPy stream, "
+        "which Futhark's results are ordered on), so a finished future is a computed block and no device sync "
+        "round trip (`client.run`) follows. Between runs, untimed, the result is released and the client left idle "
+        f"for {meta.get('quiet_ms', 25):.0f} ms (distributed's client sends at most one message per 10 ms: without the "
+        "pause a run would wait behind the previous run's release). Results stay on the workers. B1-B4 and the size "
+        "rows are one task per GPU (`pbd.spmd`, all ranks in one graph); B2's halos and B3's broadcast of B go GPU "
+        "to GPU over NCCL (`pbd.Comms`). \"direct\" is the same work on one GPU without Dask (in a worker: call + "
+        "device sync), rerun in this run; weak efficiency = direct / time on k GPUs with k times the work; strong "
+        "speedup = direct / time. \"Dask alone\" is the same graph doing no work (Dask's floor); \"Dask + CuPy\" the "
+        "same graph with CuPy doing it. `submit_us` is the client's part of a run (building and submitting the graph). "
+        f"B0: medians of {meta.get('repeat_b0', 10)} runs per task count, fixed and per-task costs fitted by repeated "
+        "medians (Siegel: one slow count bends neither), the smallest graph's time beside them.",
         "",
         "**Targets.**", "", *target_lines(rows), "",
     ]
     if plot:
         lines += [f"![speedup against GPU count]({Path(plot).name})", ""]
+    if meta.get("unavailable"):
+        lines += ["**Not available in this run** (their rows say so):", ""]
+        lines += [f"- `{name}`: {why}" for name, why in meta["unavailable"].items()] + [""]
+    skipped = [r for r in rows if r.get("skipped")]
+    if skipped:
+        lines += ["**Not measured** (failed, or out of the run's time budget):", ""]
+        lines += [f"- {r['benchmark']}, {r['impl']}: {r['skipped']}" for r in skipped] + [""]
     lines += ["**Topology** (`nvidia-smi topo -m`):", "", "```", topo, "```", ""]
     aff = meta.get("affinity")
     if aff:
@@ -150,10 +170,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--section", metavar="FILE")
     p.add_argument("--plot", metavar="FILE")
     a = p.parse_args(argv)
-    data = json.loads(Path(a.rows).read_text())
-    for problem in write_outputs(data["rows"], data["meta"], a.section, a.plot, None):
+    rows, meta = read_rows(a.rows)
+    for problem in write_outputs(rows, meta, a.section, a.plot, None):
         print(problem)
     return 0
+
+
+def read_rows(path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The rows and metadata of a ``--section`` JSON, or of a ``--rows-out`` JSON-lines file (a
+    row measured again later, judged, replaces its first line; a run cut short has no totals)."""
+    text = Path(path).read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if not (isinstance(data, dict) and "rows" in data):
+        meta: dict[str, Any] = {}
+        rows: dict[Any, dict[str, Any]] = {}
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:  # the last line of a run killed while writing it
+                continue
+            if "meta" in item and len(item) == 1:
+                meta.update(item["meta"])
+            else:
+                rows[item.pop("_row", len(rows))] = item
+        return list(rows.values()), meta
+    return data["rows"], data["meta"]
 
 
 if __name__ == "__main__":

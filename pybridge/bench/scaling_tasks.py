@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..dask.blocks import array_module, call_entry
+from ..dask.blocks import array_module, call_entry, wait_for_device
 
 # ---------------------------------------------------------------- per-rank work
 
@@ -22,6 +22,23 @@ from ..dask.blocks import array_module, call_entry
 def floor(comm: Any, *blocks: Any) -> Any:
     """Dask's own cost of the graph: the task returns a one-element slice of its first block."""
     return blocks[0][:1]
+
+
+def synced(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` for a ``da.map_blocks`` graph, ending as every timed task does: its GPU work waited
+    for (``pbd.map_blocks(..., sync=True)`` and ``pbd.spmd(..., sync=True)`` do the same)."""
+
+    def run(*blocks: Any) -> Any:
+        out = fn(*blocks)
+        wait_for_device(out)
+        return out
+
+    return run
+
+
+def first(x: Any, y: Any) -> Any:
+    """B0's plain-Dask task: the block passed through (no work)."""
+    return x
 
 
 def saxpy_iter(entry: Any, iters: int, a: float) -> Callable[..., Any]:

@@ -24,7 +24,7 @@ from ..futhark import ArrayHandle, ArrayKind, FutharkError, Library
 from ..futhark.gpustream import futhark_stream
 from ..futhark.types import PRIMITIVES
 from ..ordering import LEGACY
-from .refs import EntryRef
+from .refs import GPU_BACKENDS, EntryRef
 from .workers import DEVICE_ENV, Slot, device_ordinal, worker_device, worker_label, worker_slot
 
 
@@ -50,6 +50,15 @@ def to_host_array(x: Any) -> np.ndarray:
     if callable(get):
         return np.asarray(get())
     return np.asarray(x)
+
+
+def wait_for_device(value: Any) -> None:
+    """Wait until the GPU work that made ``value`` (a device array, or a tuple/list holding some)
+    is done: its thread's current CuPy stream, which Futhark's results and the kernels a task
+    launched are ordered on. Nothing to wait for on host values."""
+    parts = value if isinstance(value, (tuple, list)) else (value,)
+    if any(is_device_array(v) for v in parts):
+        _cupy().cuda.get_current_stream().synchronize()
 
 
 def to_device_array(x: Any) -> Any:
@@ -143,17 +152,19 @@ def named_error(e: FutharkError, entry: EntryRef, where: str, block: Sequence[in
 
 
 def call_entry(entry: EntryRef, args: Sequence[Any], block: Sequence[int] | None = None,
-               nblocks: Sequence[int] | None = None, location: Any = None) -> Any:
-    """Run ``entry`` on one block's arguments in this process's context; results as chunks."""
+               nblocks: Sequence[int] | None = None, location: Any = None, sync: bool = False) -> Any:
+    """Run ``entry`` on one block's arguments in this process's context; results as chunks.
+    ``sync``: wait for the call's GPU work before returning (Futhark's context sync: an error of
+    that work is raised here, naming the block)."""
     while True:
         slot = worker_slot(entry.library)
         with slot.lock:
             if not slot.library.closed:  # else it was discarded while this thread waited
-                return _call_locked(slot, entry, args, block, nblocks, location)
+                return _call_locked(slot, entry, args, block, nblocks, location, sync)
 
 
 def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequence[int] | None,
-                 nblocks: Sequence[int] | None, location: Any) -> Any:
+                 nblocks: Sequence[int] | None, location: Any, sync: bool = False) -> Any:
     lib = slot.library
     ep = lib.entry_points[entry.name]
     device = device_ordinal(worker_device(entry.library)) if lib.backend == "cuda" else 0
@@ -165,6 +176,8 @@ def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequen
     try:
         call_args = [_argument(lib, p.type, a, device, temps) for p, a in zip(ep.info.inputs, args)]
         results = ep(*call_args)
+        if sync and lib.backend in GPU_BACKENDS:
+            lib.context.sync()
         if isinstance(results, tuple):
             return tuple(_result(r, on_device, device, slot) for r in results)
         return _result(results, on_device, device, slot)
@@ -195,7 +208,7 @@ class Grid:
 
 
 def map_block(*args: Any, entry: EntryRef, grid: Grid | None = None,
-              block_id: Sequence[int] | None = None) -> Any:
+              block_id: Sequence[int] | None = None, sync: bool = False) -> Any:
     """The task function of ``pybridge.dask.map_blocks``: Dask fills in ``block_id``; ``grid``
     (the result's chunks, given once for the whole graph) places the block for error messages. (Dask's
     ``block_info`` would say the same, but builds a dict per block on the client: several times
@@ -204,7 +217,7 @@ def map_block(*args: Any, entry: EntryRef, grid: Grid | None = None,
     if block_id is not None and grid is not None:
         location = [(sum(c[:i]), sum(c[: i + 1])) for c, i in zip(grid.chunks, block_id)]
     nblocks = None if grid is None else tuple(len(c) for c in grid.chunks)
-    return call_entry(entry, args, block_id, nblocks, location)
+    return call_entry(entry, args, block_id, nblocks, location, sync)
 
 
 def reduce_block(entry: EntryRef, block: tuple[int, ...], nblocks: tuple[int, ...], *args: Any) -> Any:

@@ -17,8 +17,9 @@ A communicator (``rank``, ``size``) offers what a task needs to reach another wo
 
 - ``nccl`` (:mod:`.nccl`): CuPy's ``cupy.cuda.nccl`` on device arrays; GPU to GPU over NVLink or
   PCIe, never through the host. Work is queued on the task thread's current CuPy stream, and each
-  call waits for it with a deadline (no NCCL call can hang a task: on timeout the communicator is
-  aborted and :class:`CommsTimeoutError` names the peers).
+  call, the initialisation and the destruction included, waits with a deadline (no NCCL call can
+  hang a task or a worker: on timeout the communicator is aborted and :class:`CommsTimeoutError`
+  names the peers).
 - ``host`` (:mod:`.transport`): plain TCP between the worker processes (``multiprocessing.connection``,
   authenticated with the session's key), NumPy arrays; device arrays are copied to the host and
   back. It runs everywhere (CPU workers, CI), so the logic above it is tested without a GPU.
@@ -85,13 +86,18 @@ class Comms:
             raise CommsError(f"transport='nccl' needs CuPy with NCCL and a GPU on every worker; not on: {why}")
         device = transport == "nccl" if self.device is None else self.device
         ranks = {w: r for r, w in enumerate(self.workers)}
-        if transport == "nccl":
-            uid = self.client.run(_nccl_unique_id, workers=self.workers[:1])[self.workers[0]]
-            self.client.run(_init_nccl, self.session, uid, ranks, self.timeout, workers=self.workers)
-        else:
-            key = uuid.uuid4().bytes
-            listening = self.client.run(_listen, self.session, key, ranks, self.timeout, device, workers=self.workers)
-            self.client.run(_connect_host, self.session, {ranks[w]: a for w, a in listening.items()}, workers=self.workers)
+        try:
+            if transport == "nccl":
+                uid = self.client.run(_nccl_unique_id, workers=self.workers[:1])[self.workers[0]]
+                # every rank at once (NCCL's initialisation is collective), each bounded by the timeout
+                self.client.run(_init_nccl, self.session, uid, ranks, self.timeout, workers=self.workers)
+            else:
+                key = uuid.uuid4().bytes
+                listening = self.client.run(_listen, self.session, key, ranks, self.timeout, device, workers=self.workers)
+                self.client.run(_connect_host, self.session, {ranks[w]: a for w, a in listening.items()}, workers=self.workers)
+        except BaseException:
+            self._close_on_workers()  # the ranks that did start close theirs
+            raise
         self.transport = transport
         self.initialized = True
         return self
@@ -100,9 +106,15 @@ class Comms:
         """Close the communicators (workers that died meanwhile are skipped)."""
         if not self.initialized:
             return
-        alive = set(self.client.scheduler_info()["workers"])
-        self.client.run(_destroy, self.session, workers=[w for w in self.workers if w in alive])
+        self._close_on_workers()
         self.initialized = False
+
+    def _close_on_workers(self) -> None:
+        alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
+        try:
+            self.client.run(_destroy, self.session, workers=[w for w in self.workers if w in alive])
+        except Exception:  # noqa: BLE001 - a worker that died meanwhile took its communicator with it
+            pass
 
     def __enter__(self) -> "Comms":
         return self.init()
@@ -151,10 +163,20 @@ def _register(worker: Any, session: str, communicator: "Communicator") -> None:
     state[session] = communicator
 
 
-def _init_nccl(session: str, uid: Any, ranks: dict[str, int], timeout: float, dask_worker: Any = None) -> None:
+async def _off_the_event_loop(call: Any, *args: Any) -> Any:
+    """``call(*args)`` on a thread: ``client.run`` runs plain functions on the worker's event loop,
+    which a blocking NCCL call would stall (heartbeats, other tasks' messages)."""
+    import asyncio
+    import functools
+
+    return await asyncio.get_running_loop().run_in_executor(None, functools.partial(call, *args))
+
+
+async def _init_nccl(session: str, uid: Any, ranks: dict[str, int], timeout: float, dask_worker: Any = None) -> None:
     from .nccl import NcclCommunicator
 
-    _register(dask_worker, session, NcclCommunicator(session, ranks[dask_worker.address], len(ranks), uid, timeout))
+    c = await _off_the_event_loop(NcclCommunicator, session, ranks[dask_worker.address], len(ranks), uid, timeout)
+    _register(dask_worker, session, c)
 
 
 def _listen(session: str, key: bytes, ranks: dict[str, int], timeout: float, device: bool,
@@ -169,11 +191,11 @@ def _connect_host(session: str, addresses: dict[int, tuple[str, int]], dask_work
     getattr(dask_worker, _STATE)[session].peers = dict(addresses)
 
 
-def _destroy(session: str, dask_worker: Any = None) -> None:
+async def _destroy(session: str, dask_worker: Any = None) -> None:
     state = getattr(dask_worker, _STATE, {})
     c = state.pop(session, None)
     if c is not None:
-        c.close()
+        await _off_the_event_loop(c.close)
 
 
 def destroy_all(worker: Any) -> None:

@@ -8,7 +8,8 @@ library, device and configuration), so the first task does not pay for it; a lib
 load there fails the registration (or, on a replacement, the first task that needs it) with a
 :class:`~pybridge.dask.workers.WorkerLibraryError` naming the worker and the file. Tasks find the
 contexts by the small picklable references in the graph: nothing heavy is pickled per task.
-``teardown`` closes the worker's communicators (``pbd.Comms``) and contexts.
+``teardown`` closes the worker's communicators (``pbd.Comms``, each bounded by its deadline) and
+Futhark contexts, and drops its loaded CUDA kernels.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ class PybridgeWorker(WorkerPlugin):
 
     def teardown(self, worker: Any) -> None:
         from .comms import destroy_all
+        from .kernels import forget_kernels
 
         destroy_all(worker)
         close_all()
+        forget_kernels()
 
 
 def worker_state(dask_worker: Any = None) -> dict[str, Any]:
