@@ -19,6 +19,7 @@ libraries loaded through cffi/ctypes, not CPython extensions, so any Python 3 of
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import subprocess
@@ -47,11 +48,24 @@ def _libraries(build: Path) -> list[Path]:
 
 
 _MAKE_STATE: dict[str, str] = {}
+MAKE_TAIL_LINES = 60  # of make's output, kept for the messages of build_py
+MAKE_FAILURE_LINES = 12  # repeated under "make failed": its error, whichever job of -j it came from
+
+
+def _tell_terminal(line: str) -> None:
+    """Say ``line`` to the person at the terminal: pip shows a build's output only with -v, and a
+    silent `make` of minutes looks like a hang. Nothing without a terminal (CI logs, no tty)."""
+    try:
+        with open("/dev/tty", "w") as tty:
+            tty.write("\n" + line + "\n")  # on a line of its own, after pip's spinner
+    except OSError:
+        pass
 
 
 def ensure_make_outputs() -> bool:
     """Run `make` once when no library is built (and PYBRIDGE_NO_MAKE is not set); True if the
-    build tree has libraries afterwards."""
+    build tree has libraries afterwards. make's output streams to stderr as it comes (what
+    `pip install -v` shows); its last lines go into the failure message."""
     if _libraries(MAKE_BUILD) or "ran" in _MAKE_STATE:
         return bool(_libraries(MAKE_BUILD))
     _MAKE_STATE["ran"] = ""
@@ -59,16 +73,25 @@ def ensure_make_outputs() -> bool:
         return False
     env = {**os.environ, "PYTHON": sys.executable}
     cmd = ["make", f"-j{min(os.cpu_count() or 1, 4)}"]
-    print(f"pybridge: no libraries in {MAKE_BUILD}: running {' '.join(cmd)}", file=sys.stderr)
+    _tell_terminal("pybridge: no libraries built yet: running `make` first (about 2 minutes, more the first time, when "
+                   "it fetches the Futhark compiler); `pip install -v .` shows each step")
+    print(f"pybridge: no libraries in {MAKE_BUILD}: running {' '.join(cmd)}", file=sys.stderr, flush=True)
+    tail: collections.deque[str] = collections.deque(maxlen=MAKE_TAIL_LINES)
     try:
-        proc = subprocess.run(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with subprocess.Popen(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace", bufsize=1) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                tail.append(line.rstrip("\n"))
     except FileNotFoundError:
         _MAKE_STATE["ran"] = "`make` is not installed"
         return False
-    print(proc.stdout, file=sys.stderr)
-    _MAKE_STATE["ran"] = proc.stdout.strip()[-3000:]
+    _MAKE_STATE["ran"] = "\n".join(tail).strip()
     if proc.returncode != 0:
-        raise SystemExit(f"pybridge: `make` failed (exit {proc.returncode}):\n{_MAKE_STATE['ran']}")
+        last = "\n".join(list(tail)[-MAKE_FAILURE_LINES:])  # the rest was streamed above (pip shows it on failure)
+        raise SystemExit(f"pybridge: `make` failed (exit {proc.returncode}); the end of its output:\n{last}")
     return bool(_libraries(MAKE_BUILD))
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import dask_and_futhark_or_skip, library_or_source  # noqa: E402
 
-pytestmark = pytest.mark.futhark
+pytestmark = [pytest.mark.futhark, pytest.mark.slow]  # clusters of worker processes: about 80 s of CPU time
 da, distributed = dask_and_futhark_or_skip()
 
 import dask  # noqa: E402

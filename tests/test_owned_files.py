@@ -42,6 +42,7 @@ from pybridge.ownership import MARK, TAG
 
 pytestmark = [
     pytest.mark.futhark,
+    pytest.mark.slow,  # builds through a hypothesis property: about 19 s of CPU time
     pytest.mark.skipif(futhark_compiler() is None, reason="Futhark compiler not found: run `make` (it obtains one) or set FUTHARK="),
 ]
 

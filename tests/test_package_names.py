@@ -45,6 +45,7 @@ EARLIER = ["_default", "_default_lock", "_default_lib", "_ROOT", "_Path", "_load
 
 pytestmark = [
     pytest.mark.futhark,
+    pytest.mark.slow,  # packages built for drawn programs, checked by mypy: about 38 s of CPU time
     pytest.mark.skipif(futhark_compiler() is None, reason="Futhark compiler not found: run `make` (it obtains it) or set FUTHARK"),
 ]
 _serial = itertools.count()

@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PYBRIDGE_DIR = Path(pybridge.__file__).resolve().parent
 REAL_FUTHARK = futhark_compiler()
 needs_futhark = pytest.mark.skipif(REAL_FUTHARK is None, reason="no Futhark compiler: run `make` (it obtains one) or set FUTHARK=")
+# Builds, child processes and a hypothesis property: about 19 s of CPU time, out of the quick subset.
+pytestmark = pytest.mark.slow
 
 # A shared library whose constructor writes the canary: loading it is running it.
 TRAP_LIBRARY_C = r"""
