@@ -199,27 +199,63 @@ def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequen
                 h.free()
 
 
-class BlockCall:
-    """What every task of one ``pbd.map_blocks`` graph shares, made once on the client: the entry
-    point, the arguments that are the same in every call (scalars) with a gap where each task's own
-    values go (its blocks, the whole arrays the graph names), the grid's block counts, and ``sync``.
-    A task carries this, its block index and its elements: small and fixed, whatever the number of
-    blocks (a task that carried the whole grid would grow with it).
+class Shared:
+    """A value every task of one graph carries (a ``BlockCall``, the function of ``pbd.spmd``),
+    pickled once where it is made. The scheduler pickles each task on its own when it sends it to a
+    worker: this pickles as those bytes (a copy per task, no pickling again), which each worker
+    process unpickles once per graph (``_unshared``). A closure, which plain pickle refuses, is
+    pickled by value with cloudpickle, as Dask would, but once instead of once per task (and the
+    rest of the graph then pickles without falling back to cloudpickle). ``value``: the object."""
 
-    The scheduler pickles each task on its own when it sends it to a worker: this object pickles as
-    bytes made once (a copy per task), which each worker process unpickles once (``_shared_call``)."""
+    __slots__ = ("value", "_pickled")
 
-    __slots__ = ("entry", "template", "gaps", "nblocks", "sync", "_pickled")
-
-    def __init__(self, entry: EntryRef, template: Sequence[Any], gaps: Sequence[int], nblocks: Sequence[int], sync: bool):
-        self.entry, self.template, self.gaps = entry, tuple(template), tuple(gaps)
-        self.nblocks, self.sync = tuple(int(n) for n in nblocks), bool(sync)
+    def __init__(self, value: Any):
+        self.value = value
         self._pickled: bytes | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._pickled is None:
-            self._pickled = pickle.dumps((self.entry, self.template, self.gaps, self.nblocks, self.sync), protocol=5)
-        return (_shared_call, (self._pickled,))
+            import cloudpickle  # a dependency of Dask
+
+            self._pickled = cloudpickle.dumps(self.value, protocol=5)
+        return (_unshared, (self._pickled,))
+
+
+#: Bigger than this, a shared value is unpickled per task instead of kept in ``_shared_cache``
+#: (a closure holding a large array must not stay alive in the worker after its graph).
+SHARED_CACHE_BYTES = 1 << 20
+
+
+def _unshared(pickled: bytes) -> Shared:
+    if len(pickled) > SHARED_CACHE_BYTES:
+        return _load_shared(pickled)
+    return _shared_cache(pickled)
+
+
+def _load_shared(pickled: bytes) -> Shared:
+    shared = Shared(pickle.loads(pickled))
+    shared._pickled = pickled  # sent on as it came (a task given to another worker)
+    return shared
+
+
+_shared_cache = functools.lru_cache(maxsize=64)(_load_shared)  # one Shared per graph in this process
+
+
+class BlockCall:
+    """What every task of one ``pbd.map_blocks`` graph shares, made once on the client (and carried
+    in a :class:`Shared`): the entry point, the arguments that are the same in every call (scalars)
+    with a gap where each task's own values go (its blocks, the whole arrays the graph names), the
+    grid's block counts, and ``sync``. A task carries this, its block index and its elements: small
+    and fixed, whatever the number of blocks (a task that carried the whole grid would grow with it)."""
+
+    __slots__ = ("entry", "template", "gaps", "nblocks", "sync")
+
+    def __init__(self, entry: EntryRef, template: Sequence[Any], gaps: Sequence[int], nblocks: Sequence[int], sync: bool):
+        self.entry, self.template, self.gaps = entry, tuple(template), tuple(gaps)
+        self.nblocks, self.sync = tuple(int(n) for n in nblocks), bool(sync)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (BlockCall, (self.entry, self.template, self.gaps, self.nblocks, self.sync))
 
     def arguments(self, values: Sequence[Any]) -> list[Any]:
         args = list(self.template)
@@ -228,18 +264,11 @@ class BlockCall:
         return args
 
 
-@functools.lru_cache(maxsize=64)
-def _shared_call(pickled: bytes) -> BlockCall:
-    """One ``BlockCall`` per graph in this process, however many of its tasks arrive."""
-    call = BlockCall(*pickle.loads(pickled))
-    call._pickled = pickled
-    return call
-
-
-def map_block(call: BlockCall, block: tuple[int, ...], location: tuple[tuple[int, int], ...], *values: Any) -> Any:
-    """The task function of ``pybridge.dask.map_blocks``: ``values`` fill the gaps of ``call``'s
-    arguments; ``block`` and ``location`` (its elements along each axis), written into the task
-    when the graph was built, name the block in an error."""
+def map_block(shared: Shared, block: tuple[int, ...], location: tuple[tuple[int, int], ...], *values: Any) -> Any:
+    """The task function of ``pybridge.dask.map_blocks``: ``values`` fill the gaps of the shared
+    ``BlockCall``'s arguments; ``block`` and ``location`` (its elements along each axis), written
+    into the task when the graph was built, name the block in an error."""
+    call = shared.value
     return call_entry(call.entry, call.arguments(values), block, call.nblocks, location, call.sync)
 
 

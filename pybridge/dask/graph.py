@@ -7,7 +7,7 @@ and the entry point's arguments pybridge's graph cost the scheduler 2-3 times wh
 in plain Dask did. Nor a dict of tasks built on the client: pickling 256 task objects there cost
 the client more than the whole graph costs plain Dask. ``BlockCalls`` is a ``Layer`` (Dask's
 interface for a symbolic part of a graph) that ships as its description (the shared
-``blocks.BlockCall``, the block counts, each axis's block extents, the input keys) and builds each
+``blocks.BlockCall``, pickled once, the block counts, each axis's block extents, the input keys) and builds each
 task once, directly, where the graph is used: the task names its block and the block's elements,
 so an error says which block failed. The price: Dask's graph optimisation does not fuse these
 tasks with neighbouring blockwise operations.
@@ -53,7 +53,7 @@ class BlockCalls(Layer):
     (the axes a lower-rank result drops are one block). ``spans``: per result axis, each block's
     (first, end) element. ``only``: the argument block indices kept when the layer was culled."""
 
-    def __init__(self, name: str, call: blocks.BlockCall, nblocks: Sequence[int], rank: int,
+    def __init__(self, name: str, call: blocks.Shared, nblocks: Sequence[int], rank: int,
                  spans: Sequence[Sequence[tuple[int, int]]], inputs: Sequence[Input],
                  only: Sequence[tuple[int, ...]] | None = None, annotations: Any = None):
         super().__init__(annotations=annotations)

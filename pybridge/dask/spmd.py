@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .blocks import array_module, wait_for_device
+from .blocks import Shared, array_module, wait_for_device
 from .plan import is_chunked
 
 
@@ -91,9 +91,10 @@ def _flat_keys(keys: Any) -> list[Any]:
     return [keys]
 
 
-def run_rank(fn: Callable[..., Any], session: str | None, rank: int, size: int, sync: bool, *args: Any) -> Any:
-    """The task of one rank: its communicator (checked to be this worker's own rank), then ``fn``
-    (and, with ``sync``, a wait for the device work it queued)."""
+def run_rank(shared: Shared, session: str | None, rank: int, size: int, sync: bool, *args: Any) -> Any:
+    """The task of one rank: its communicator (checked to be this worker's own rank), then the
+    shared ``fn`` (and, with ``sync``, a wait for the device work it queued)."""
+    fn = shared.value
     if session is None:
         out = fn(Rank(rank, size), *args)
     else:
@@ -131,17 +132,18 @@ def spmd(fn: Callable[..., Any], *args: Any, comms: Any = None, client: Any = No
     name = name or f"pybridge-spmd-{getattr(fn, '__name__', 'fn')}-{uuid.uuid4().hex}"  # a fresh key: pure=False
     session = comms.session if comms is not None else None
     trailing = (0,) * (len(chunks) - 1 if chunks is not None else first.ndim - 1)
+    shared = Shared(fn)  # pickled once for all ranks, not once per task (a closure by cloudpickle)
     tasks = []
     for r in range(size):
         call = [per_arg[i][r] if i in per_arg else a for i, a in enumerate(args)]
         key = (name, r) + trailing
         if comms is None:
-            tasks.append(dask.delayed(run_rank, pure=False)(fn, None, r, size, sync, *call, dask_key_name=key))
+            tasks.append(dask.delayed(run_rank, pure=False)(shared, None, r, size, sync, *call, dask_key_name=key))
             continue
         # allow_other_workers: if rank r's worker died, the task runs elsewhere and says so
         # (run_rank's check) instead of waiting forever for a worker that will not come back.
         with dask.annotate(workers=[comms.workers[r]], allow_other_workers=True):
-            tasks.append(dask.delayed(run_rank, pure=False)(fn, session, r, size, sync, *call, dask_key_name=key))
+            tasks.append(dask.delayed(run_rank, pure=False)(shared, session, r, size, sync, *call, dask_key_name=key))
     futures = {f.key: f for f in futures_of(client.persist(tasks, optimize_graph=False))}  # one message
     out_chunks = tuple(tuple(c) for c in chunks) if chunks is not None else first.chunks
     out_dtype = np.dtype(dtype) if dtype is not None else first.dtype
