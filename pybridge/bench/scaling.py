@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=positive_int_list, default="1,2", help="without --gpus: CPU worker counts, comma-separated (default 1,2)")
     p.add_argument("--backend", type=backend(), default=None, help="Futhark backend (default: cuda with --gpus, else c)")
     p.add_argument("--rows", type=choice_list(ROWS), default=",".join(ROWS), help=f"row groups to run, comma-separated (default all: {','.join(ROWS)})")
-    p.add_argument("--repeat", type=positive_int, default=3, help="timed runs per figure, after one warm-up (default 3; B0 at least 20)")
+    p.add_argument("--repeat", type=positive_int, default=3, help="timed runs per figure, after one warm-up (default 3; B0 at least 40, B1 and B2 at least 11)")
     p.add_argument("--cluster", choices=("own", "dask-cuda"), default="own",
                    help="GPU workers from pybridge's local_cluster (default) or dask-cuda's LocalCUDACluster")
     p.add_argument("--transport", choices=("auto", "nccl", "host"), default="auto", help="pbd.Comms transport")
@@ -111,7 +111,10 @@ class Setup:
         q = getattr(args, "quick", False)
         self.quick = q
         self.repeat = max(1, min(args.repeat, 2) if q else args.repeat)
-        self.repeat_b0 = self.repeat if q else max(self.repeat, 20)  # B0's graphs are short and noisy: more runs, steadier medians
+        self.repeat_b0 = self.repeat if q else max(self.repeat, 40)  # B0's graphs are short and noisy: more runs, steadier medians
+        # B1 and B2 are judged against direct + Dask alone within a few per cent, and Dask alone's runs
+        # spread by a fifth of its median: more runs for both sides (a few seconds in all).
+        self.repeat_weak = self.repeat if q else max(self.repeat, 11)
         g = self.gpu and not q
 
         def pick(given: int | None, gpu: int, cpu: int, quick: int) -> int:
@@ -367,7 +370,7 @@ def _spmd_rows(group: str, s: Setup, client: Any, timer: Timer, counts_ws: list[
                make_inputs: Callable[[list[str], Any], tuple[Any, ...]], impls: dict[str, Any],
                direct: dict[str, Callable[..., Any]], direct_inputs: Callable[[Any], tuple[Any, ...]],
                size: Any, weak: bool, work_bytes: float | None = None,
-               make_graph: Callable[..., Any] | None = None) -> None:
+               make_graph: Callable[..., Any] | None = None, repeat: int | None = None) -> None:
     """One row group: the direct baseline(s) on rank 0's worker, then every implementation over the
     first k workers for each k; speedup (strong) or efficiency (weak) against the direct time."""
     import pybridge.dask as pbd
@@ -394,7 +397,7 @@ def _spmd_rows(group: str, s: Setup, client: Any, timer: Timer, counts_ws: list[
         comms = s.comms(ws)
         inputs = make_inputs(ws, comms)
         makes = {impl: _bind(graph, fn, inputs, comms) for impl, fn in impls.items()}
-        measured = _timed_rows(group, size, k, timer, makes, transport=comms.transport)
+        measured = _timed_rows(group, size, k, timer, makes, repeat=repeat, transport=comms.transport)
         floor = next((r["median_us"] for impl, r in measured.items() if impl.startswith("Dask alone")), None)
         for impl, r in measured.items():
             r["impl"] = f"{impl}, {_unit(s, k)}"
@@ -434,6 +437,7 @@ def run(args: argparse.Namespace, client: Any = None) -> list[dict[str, Any]]:
         raise ValueError(f"--rows: unknown row group(s) {unknown}; the groups are {','.join(ROWS)}")
     rows = Rows(args.rows_out)
     meta = {"cluster": s.cluster_kind, "backend": s.backend, "repeat": s.repeat, "repeat_b0": s.repeat_b0,
+            "repeat_weak": s.repeat_weak,
             "sizes": dict(s.sizes), "gpu": s.gpu, "counts": s.counts, "quiet_ms": QUIET_S * 1e3,
             "unavailable": dict(s.unavailable), "label": getattr(args, "label", None)}
     for name, why in s.unavailable.items():
@@ -642,7 +646,8 @@ def _group_b1(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], r
              "Dask alone (same graph, no work)": tasks.floor}
     direct = {"pybridge": impls["pybridge"], f"{peer}, same graph": impls[f"{peer}, same graph"]}
     _spmd_rows("B1 weak saxpy×100", s, client, timer, counts_ws, rows, inputs, impls, direct,
-               lambda xp: (xp.ones(n, np.float32), xp.ones(n, np.float32)), n, weak=True, work_bytes=12.0 * n * iters)
+               lambda xp: (xp.ones(n, np.float32), xp.ones(n, np.float32)), n, weak=True, work_bytes=12.0 * n * iters,
+               repeat=s.repeat_weak)
 
 
 def _group_b2(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], rows: Rows) -> None:
@@ -664,7 +669,8 @@ def _group_b2(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], r
     impls: dict[str, Any] = {"pybridge": "pybridge", "Dask alone (same graph, no work)": tasks.floor}
     direct = {"pybridge": lambda r, g: tasks.call_entry(jac, (np.int32(steps), g))}
     _spmd_rows("B2 weak Jacobi", s, client, timer, counts_ws, rows, inputs, impls, direct,
-               lambda xp: (xp.ones((n, n), np.float32),), f"{n}²", weak=True, make_graph=graph)
+               lambda xp: (xp.ones((n, n), np.float32),), f"{n}²", weak=True, make_graph=graph,
+               repeat=s.repeat_weak)
 
 
 def _group_b3(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], rows: Rows) -> None:
