@@ -337,6 +337,30 @@ def test_entry_from_a_loaded_library_keeps_its_options():
     lib.close()
 
 
+def test_a_shared_closure_is_pickled_once_and_unpickled_once_per_process(monkeypatch):
+    """What every task of a graph carries (spmd's function, map_blocks' BlockCall) pickles once,
+    however many tasks the scheduler sends it with, and one process unpickles it once per graph: a
+    closure (which plain pickle refuses) too. A big one is not kept after its graph."""
+    import cloudpickle
+    from distributed.protocol import pickle as dpickle
+
+    from pybridge.dask import blocks
+
+    scale = np.float32(3.0)
+    calls = []
+    real = cloudpickle.dumps
+    monkeypatch.setattr(cloudpickle, "dumps", lambda *a, **k: calls.append(1) or real(*a, **k))
+    shared = blocks.Shared(lambda v: v * scale)  # a closure over a local
+    tasks = [dpickle.dumps(("task", k, shared)) for k in range(8)]  # as the scheduler sends each task
+    assert len(calls) == 1
+    got = [dpickle.loads(t)[2] for t in tasks]
+    assert all(g is got[0] for g in got)  # one object per graph in this process
+    np.testing.assert_array_equal(got[0].value(np.arange(3, dtype=np.float32)), [0, 3, 6])
+    big = blocks.Shared(np.zeros(blocks.SHARED_CACHE_BYTES // 8 + 1))
+    a, b = (pickle.loads(pickle.dumps(big)) for _ in range(2))
+    assert a is not b and a.value.shape == big.value.shape  # unpickled per task, not kept
+
+
 def test_each_task_carries_its_block_not_the_grid():
     """A task names its block and elements itself (written in when the graph is built), so it is
     the same size in a graph of 4 blocks as in one of 400 (what the scheduler ships per task), and
