@@ -79,7 +79,8 @@ def write_section(path: str, rows: list[dict[str, Any]], meta: dict[str, Any], p
         *([f"**Run:** {meta['label']}.", ""] if meta.get("label") else []),
         f"Written by `pybridge bench scaling` over {min(counts, default=0)}..{max(counts, default=0)} {unit} "
         f"(cluster: {meta.get('cluster')}, backend {meta.get('backend')}, {meta.get('repeat')} timed runs per figure "
-        f"after one warm-up, {meta.get('repeat_weak', meta.get('repeat'))} for B1 and B2 (judged against their floor within a few per cent); whole run {meta.get('seconds', 0):.0f} s).", "",
+        f"after one warm-up, {meta.get('repeat_weak', meta.get('repeat'))} for B1 and B2 (judged against their floor "
+        f"within a few per cent); whole run {meta.get('seconds', 0):.0f} s).", "",
         "**Protocol.** One Dask worker per GPU (rotated `CUDA_VISIBLE_DEVICES`; no host memory limit: the blocks "
         "live in device memory), libraries loaded once per worker "
         "(`pbd.PybridgeWorker`), NVLink multicast off (`NCCL_NVLS_ENABLE=0`). Inputs are made on the workers "

@@ -107,7 +107,8 @@ def _block_graph(name: str, ref: EntryRef, args: Sequence[Any], plan: Plan, out_
     task k) and whole arrays as ``Delayed`` graph nodes (every task names the one node), the rest
     (scalars) as they are."""
     nodes = [i for i, a in enumerate(args) if i in plan.chunked or isinstance(a, Delayed)]
-    call = blocks.Shared(blocks.BlockCall(ref, [None if i in nodes else a for i, a in enumerate(args)], nodes, plan.numblocks, sync))
+    template = [None if i in nodes else a for i, a in enumerate(args)]
+    call = blocks.Shared(blocks.BlockCall(ref, template, nodes, plan.numblocks, sync))
     spans = []  # per result axis, each block's (first, end) element
     for c in out_chunks:
         ends = np.cumsum(c).tolist()

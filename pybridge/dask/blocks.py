@@ -215,7 +215,7 @@ class Shared:
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._pickled is None:
-            import cloudpickle  # a dependency of Dask
+            import cloudpickle  # type: ignore[import-untyped]  # a dependency of Dask
 
             self._pickled = cloudpickle.dumps(self.value, protocol=5)
         return (_unshared, (self._pickled,))

@@ -7,9 +7,9 @@ and the entry point's arguments pybridge's graph cost the scheduler 2-3 times wh
 in plain Dask did. Nor a dict of tasks built on the client: pickling 256 task objects there cost
 the client more than the whole graph costs plain Dask. ``BlockCalls`` is a ``Layer`` (Dask's
 interface for a symbolic part of a graph) that ships as its description (the shared
-``blocks.BlockCall``, pickled once, the block counts, each axis's block extents, the input keys) and builds each
-task once, directly, where the graph is used: the task names its block and the block's elements,
-so an error says which block failed. The price: Dask's graph optimisation does not fuse these
+``blocks.BlockCall``, pickled once, the block counts, each axis's block extents, the input keys)
+and builds each task once, directly, where the graph is used: the task names its block and the
+block's elements, so an error says which block failed. The price: Dask's graph optimisation does not fuse these
 tasks with neighbouring blockwise operations.
 """
 
