@@ -136,3 +136,23 @@ def test_a_run_over_fewer_gpus_judges_only_the_counts_it_measured(tmp_path):
     section = tmp_path / "multi-gpu.md"
     scaling_report.write_section(str(section), b1 + b2, {"gpu": True, "counts": [1, 2], "label": "2x H100, 2026-11-27, commit abc1234"}, None)
     assert section.read_text().splitlines()[2] == "**Run:** 2x H100, 2026-11-27, commit abc1234."
+
+
+def test_b0_ratio_ruled_out_only_by_a_dask_cupy_graph_that_misses_it_itself():
+    fit = {"fixed_ms": 9.78, "per_task_ms": 0.376, "worst_ratio": 1.21, "worst_tasks": 256,
+           "plain_fixed_ms": 10.36, "plain_per_task_ms": 0.282}
+    judge_b0(fit)  # no Dask + CuPy figures: nothing to appeal to
+    assert fit["verdict"] == "no" and fit["note"] == "worst 1.210× plain Dask, at 256 tasks"
+    fit.update(peer="Dask + CuPy", peer_worst_ratio=1.30, vs_peer_worst=1.04)
+    judge_b0(fit)
+    assert fit["verdict"] == "floor" and fit["met"] is False
+    assert "Dask + CuPy, same graph: worst 1.300× plain Dask (rules the target out); pybridge at most 1.040× Dask + CuPy" in fit["note"]
+    fit.update(vs_peer_worst=1.15)  # beyond 1.1x the floor
+    judge_b0(fit)
+    assert fit["verdict"] == "no" and "pybridge at most 1.150× Dask + CuPy" in fit["note"]
+    fit.update(peer_worst_ratio=1.05, vs_peer_worst=1.0)  # Dask + CuPy meets the ratio: not ruled out
+    judge_b0(fit)
+    assert fit["verdict"] == "no"
+    fit.update(worst_ratio=1.08)
+    judge_b0(fit)
+    assert fit["verdict"] == "yes"

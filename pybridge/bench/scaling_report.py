@@ -33,6 +33,8 @@ def target_lines(rows: list[dict[str, Any]]) -> list[str]:
         if r["benchmark"].startswith("B0"):
             fig = (f"fixed {r['fixed_ms']:.2f} ms, {r['per_task_ms']:.3f} ms/task, worst {r['worst_ratio']:.2f}× plain Dask "
                    f"(plain: {r['plain_fixed_ms']:.2f} ms + {r['plain_per_task_ms']:.3f} ms/task)")
+            if r.get("vs_peer_worst") is not None:
+                fig += f"; at most {r['vs_peer_worst']:.2f}× {r['peer']}"
             if r.get("smallest_ms") is not None:
                 fig += f"; smallest graph {r['smallest_ms']:.2f} ms (plain {r['plain_smallest_ms']:.2f} ms)"
         elif r["benchmark"].startswith("size"):
@@ -97,7 +99,8 @@ def write_section(path: str, rows: list[dict[str, Any]], meta: dict[str, Any], p
         "speedup = direct / time. \"Dask alone\" is the same graph doing no work (Dask's floor); \"Dask + CuPy\" the "
         "same graph with CuPy doing it. `submit_us` is the client's part of a run (building and submitting the graph). "
         f"B0: medians of {meta.get('repeat_b0', 20)} runs per task count of `pbd.map_blocks(saxpy)` over blocks of 1024 "
-        "elements against plain Dask's `da.map_blocks` of a module-level function passing its block through, fixed "
+        "elements against plain Dask's `da.map_blocks` of a module-level function passing its block through and "
+        "Dask + CuPy's `da.map_blocks` doing the same saxpy (`a * x + y`), fixed "
         "and per-task costs fitted by repeated medians (Siegel: one slow count bends neither), the smallest graph's "
         "time beside them. " + _b4_text(meta),
         "",
@@ -105,7 +108,7 @@ def write_section(path: str, rows: list[dict[str, Any]], meta: dict[str, Any], p
         "measured in this run on the same workers, rules it out and the row is within "
         f"{FLOOR_SLACK}× of that floor (weak rows: the best efficiency is direct / (direct + Dask alone at k GPUs), "
         "the row's time against direct + Dask alone; strong rows: direct / k + Dask alone, and Dask + CuPy's own "
-        "speedup on the same graph; B0: plain Dask's own fixed cost and cost per task); **no**, missed beyond that. "
+        "speedup on the same graph; B0: plain Dask's own fixed cost and cost per task, and Dask + CuPy doing the same saxpy per block); **no**, missed beyond that. "
         "The last column gives the figures.", "", *target_lines(rows), "",
     ]
     if plot:

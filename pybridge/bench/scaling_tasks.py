@@ -44,6 +44,14 @@ def first(x: Any, y: Any) -> Any:
     return x
 
 
+def saxpy_block(x: Any, y: Any, a: Any) -> Any:
+    """B0's Dask + CuPy task (NumPy on CPU workers): the same saxpy as pybridge's, written as a CuPy
+    user writes it, ending as every timed task does. Module-level for the reason ``first`` is."""
+    out = a * x + y
+    wait_for_device(out)
+    return out
+
+
 def saxpy_iter(entry: Any, iters: int, a: float) -> Callable[..., Any]:
     def run(comm: Any, xs: Any, ys: Any) -> Any:
         return call_entry(entry, (np.int32(iters), np.float32(a), xs, ys))
