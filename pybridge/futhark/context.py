@@ -17,6 +17,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from .callpath import compiled
 from .errors import FutharkError, InvalidHandleError, error_for
 
 
@@ -50,7 +51,15 @@ class Config:
         return cls(**kwargs)
 
 
-class _State:
+class _PythonState:
+    """The pure-Python storage of _State (the compiled path's is ``_callpath.State``)."""
+
+    open: bool
+    lock: Any
+    values: dict[int, tuple[Callable[[Any, Any], int], Any]]
+
+
+class _State(compiled.State if compiled is not None else _PythonState):  # type: ignore[misc]
     """What the context's finaliser needs, kept apart from the Context so handles can share it.
 
     ``lock`` is the context's one lock (docs/DESIGN.md, "Threads"): every C call on the context is
@@ -62,8 +71,11 @@ class _State:
         self.open = True
         self.ctx_freed = self.cfg_freed = False  # close() done up to there (it may be interrupted)
         self.lock = threading.RLock()
-        # id(handle) -> (free function, pointer) for every live value, so close() can free them.
-        self.values: dict[int, tuple[Callable[[Any, Any], int], Any]] = {}
+        # id(handle) -> (free function, pointer) for every live value, so close() can free them. The
+        # compiled call path registers its results with the pointer as an address (an int).
+        self.values = {}
+        if compiled is not None:
+            self._raw_ctx = int(ffi.cast("uintptr_t", ctx))  # what the compiled path calls with
         _open_states.add(self)
 
     def close(self, timeout: float = -1) -> bool:
@@ -97,7 +109,7 @@ class _State:
         for key, (free, ptr) in list(values.items()):
             if key in values:
                 del values[key]
-                free(self.ctx, ptr)
+                free(self.ctx, self.ffi.cast("void *", ptr) if type(ptr) is int else ptr)
         if not self.ctx_freed:
             self.lib.futhark_context_sync(self.ctx)
             self.ctx_freed = True
@@ -119,6 +131,11 @@ def _close_at_exit() -> None:
     for finalisers that would run after daemon threads are frozen (perhaps holding a lock)."""
     for state in list(_open_states):
         state.close(timeout=EXIT_WAIT_S)
+
+
+def error_for_message(code: int, message: str, function: str) -> FutharkError:
+    """The exception for a failed call given Futhark's message ("" when it left none)."""
+    return error_for(code, (message or f"{function} failed with code {code} (no message from Futhark)").rstrip("\n"), function)
 
 
 class Context:
@@ -247,8 +264,7 @@ class Context:
 
     def error_from(self, code: int, message_ptr: Any, function: str) -> FutharkError:
         """The exception for a failed call whose message a C shim already took (API mode)."""
-        msg = self._take_string(message_ptr) if message_ptr != self.ffi.NULL else ""
-        return error_for(code, (msg or f"{function} failed with code {code} (no message from Futhark)").rstrip("\n"), function)
+        return error_for_message(code, self._take_string(message_ptr) if message_ptr != self.ffi.NULL else "", function)
 
     def check(self, code: int, function: str) -> None:
         if code != 0:

@@ -52,6 +52,10 @@ class ArrayKind:
     def dtype(self) -> np.dtype:
         return self.prim.dtype
 
+    def _pointer(self, address: int) -> Any:
+        """A value's pointer object from its address (the compiled call path keeps addresses)."""
+        return self.library.ffi.cast(self.info.ctype, address)
+
     def buffer(self, arr: np.ndarray) -> Any:
         return self.ffi.from_buffer(self._buf_type, arr)
 
@@ -155,6 +159,8 @@ class OpaqueKind:
         # (rank, type) of each component in store() bytes, learnt from the first store(): the
         # manifest does not say how Futhark flattens the value.
         self.layout: list[tuple[int, str]] | None = None
+
+    _pointer = ArrayKind._pointer
 
 
     def learn_layout(self, data: bytes) -> None:

@@ -1,0 +1,1350 @@
+/* pybridge.futhark._callpath: the per-call path of pybridge.futhark in compiled code (issue 34).
+ *
+ * It mirrors, and must behave exactly as, the pure-Python fallback (tests/test_call_path_differential.py
+ * runs both on generated programs and the lifecycle machine):
+ *   State       - the storage of context._State: open flag, lock, value registry, raw context pointer
+ *   Value,
+ *   ArrayBase,
+ *   OpaqueBase  - the storage and lifetime of handles: handles._PythonValue (ptr, free, _release,
+ *                 _mark_consumed, __del__), _PythonArray (atype, _shape), _PythonOpaque (otype)
+ *   Plan        - one entry point's call plan: callplan.compile_plan's function
+ *   dlpack_capsule - interop._export_keyed's capsule (a DLManagedTensor owning a reference to its owner)
+ *
+ * Built against the stable ABI (Py_LIMITED_API 3.10): one binary serves CPython 3.10 and later.
+ * The entry point is reached through its packed shim (shims.py: int shim(ctx, sync, char **err,
+ * void **outs, const pybridge_slot *ins)), so one C signature calls every entry point.
+ *
+ * Ctrl-C (RELIABILITY.md): a KeyboardInterrupt is raised only where Python code runs. Between the
+ * lock and the end of the bookkeeping after the C call (results registered, consumed arguments
+ * freed) this file runs no Python code that can raise into it, so a plan never needs the Python
+ * plan's `settle`.
+ */
+#define Py_LIMITED_API 0x030A0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef Py_XSETREF /* not in the limited API before 3.12's */
+#define Py_XSETREF(op, op2) do { PyObject *_py_tmp = (PyObject *)(op); (op) = (op2); Py_XDECREF(_py_tmp); } while (0)
+#endif
+
+#define MAX_ARGS 64 /* entry points with more inputs or outputs keep the Python plan */
+
+typedef union {
+    int8_t i8; int16_t i16; int32_t i32; int64_t i64;
+    uint8_t u8; uint16_t u16; uint32_t u32; uint64_t u64;
+    float f32; double f64; bool b; void *p;
+} pybridge_slot;
+
+typedef int (*shim_fn)(void *ctx, int sync, char **err, void **outs, const pybridge_slot *ins);
+typedef int (*free_fn_c)(void *ctx, void *value);
+
+/* Type codes shared with callplan.py (CODES). */
+enum { C_I8, C_I16, C_I32, C_I64, C_U8, C_U16, C_U32, C_U64, C_F16, C_F32, C_F64, C_BOOL, C_ARRAY, C_OPAQUE };
+
+/* ------------------------------------------------------------------ configured once (configure()) */
+
+static PyObject *InvalidHandleError, *join_fn, *shared_fn, *error_for_message, *py_release, *np_int_types;
+static PyObject *np_float64, *np_float32, *np_float16, *np_bool;
+static double f32_max;
+static PyObject *s_freed, *s_live, *s_parent, *s_acquire, *s_release, *s_describe, *s_error, *s_free, *s_state,
+    *s_ctx, *s_closed, *s_live_ptr, *s_pointer, *s_ffi, *s_cast, *s_uintptr, *s_closed_msg, *s_general, *s_bind,
+    *s_convert_scalars, *s_explained;
+static long exports_alive; /* DLPack capsules made here whose consumer has not released them */
+
+static PyTypeObject *StateType, *ValueType, *ArrayBaseType, *OpaqueBaseType, *PlanType;
+
+/* ------------------------------------------------------------------ State */
+
+typedef struct {
+    PyObject_HEAD
+    char open;
+    PyObject *lock, *values;
+    PyObject *acquire, *release; /* the lock's bound methods */
+    unsigned long long raw_ctx;
+} StateObject;
+
+static int state_lock(StateObject *s) {
+    if (s->acquire == NULL) {
+        if (s->lock == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "lock");
+            return -1;
+        }
+        s->acquire = PyObject_GetAttr(s->lock, s_acquire);
+        if (s->acquire == NULL) return -1;
+        s->release = PyObject_GetAttr(s->lock, s_release);
+        if (s->release == NULL) {
+            Py_CLEAR(s->acquire);
+            return -1;
+        }
+    }
+    PyObject *r = PyObject_CallNoArgs(s->acquire);
+    if (r == NULL) return -1; /* interrupted while waiting: not held */
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Release the lock, keeping an exception that is on its way out. */
+static void state_unlock(StateObject *s) {
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyObject *r = PyObject_CallNoArgs(s->release);
+    if (r == NULL) {
+        if (t != NULL) PyErr_Clear(); /* the exception in flight wins, as `with` chains it */
+        else return;
+    } else {
+        Py_DECREF(r);
+    }
+    PyErr_Restore(t, v, tb);
+}
+
+static PyObject *state_get_lock(StateObject *s, void *c) {
+    if (s->lock == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "lock");
+        return NULL;
+    }
+    Py_INCREF(s->lock);
+    return s->lock;
+}
+
+static int state_set_lock(StateObject *s, PyObject *v, void *c) {
+    Py_XINCREF(v);
+    Py_XSETREF(s->lock, v);
+    Py_CLEAR(s->acquire);
+    Py_CLEAR(s->release);
+    return 0;
+}
+
+static int state_clear(StateObject *s) {
+    Py_CLEAR(s->lock);
+    Py_CLEAR(s->values);
+    Py_CLEAR(s->acquire);
+    Py_CLEAR(s->release);
+    return 0;
+}
+
+static void state_dealloc(StateObject *s) {
+    PyTypeObject *tp = Py_TYPE(s);
+    state_clear(s);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(s);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef state_members[] = {
+    {"open", T_BOOL, offsetof(StateObject, open), 0, "False once close() began"},
+    {"values", T_OBJECT_EX, offsetof(StateObject, values), 0, "id(handle) -> (free function, pointer)"},
+    {"_raw_ctx", T_ULONGLONG, offsetof(StateObject, raw_ctx), 0, "the struct futhark_context * as an address"},
+    {NULL},
+};
+
+static PyGetSetDef state_getset[] = {
+    {"lock", (getter)state_get_lock, (setter)state_set_lock, "the context's one lock", NULL},
+    {NULL},
+};
+
+static PyType_Slot state_slots[] = {
+    {Py_tp_dealloc, state_dealloc},
+    {Py_tp_members, state_members},
+    {Py_tp_getset, state_getset},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_doc, "Storage of a Futhark context's shared state (context._State subclasses it)."},
+    {0, NULL},
+};
+
+static PyType_Spec state_spec = {"pybridge.futhark._callpath.State", sizeof(StateObject), 0,
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, state_slots};
+
+/* ------------------------------------------------------------------ Value */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *library, *ctx, *ptr, *status, *free_fn, *keep, *aliases, *kind, *shape, *weakreflist;
+    StateObject *state; /* ctx._state when it is a State (else the Python release runs) */
+    void *raw;          /* the value's address, when known (has_raw) */
+    int has_raw;
+    free_fn_c free_c; /* the free function, when known */
+} ValueObject;
+
+#define IS_STATE(o) (PyObject_TypeCheck((o), StateType))
+
+static PyObject *value_describe(ValueObject *self) { return PyObject_CallMethodObjArgs((PyObject *)self, s_describe, NULL); }
+
+/* The cffi pointer object: made from the address when the handle was made here. */
+static PyObject *value_get__ptr(ValueObject *self, void *c) {
+    if (self->ptr == NULL) {
+        if (!self->has_raw || self->kind == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "_ptr");
+            return NULL;
+        }
+        PyObject *addr = PyLong_FromVoidPtr(self->raw);
+        if (addr == NULL) return NULL;
+        PyObject *p = PyObject_CallMethodObjArgs(self->kind, s_pointer, addr, NULL);
+        Py_DECREF(addr);
+        if (p == NULL) return NULL;
+        self->ptr = p;
+    }
+    Py_INCREF(self->ptr);
+    return self->ptr;
+}
+
+static int value_set__ptr(ValueObject *self, PyObject *v, void *c) {
+    Py_XINCREF(v);
+    Py_XSETREF(self->ptr, v);
+    self->has_raw = 0; /* found again from the new object when a plan needs it */
+    return 0;
+}
+
+static PyObject *value_get__ctx(ValueObject *self, void *c) {
+    if (self->ctx == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_ctx");
+        return NULL;
+    }
+    Py_INCREF(self->ctx);
+    return self->ctx;
+}
+
+static int value_set__ctx(ValueObject *self, PyObject *v, void *c) {
+    Py_CLEAR(self->state);
+    if (v != NULL) {
+        PyObject *st = PyObject_GetAttr(v, s_state);
+        if (st == NULL) {
+            PyErr_Clear(); /* a context without shared state: the Python release handles it */
+        } else if (IS_STATE(st)) {
+            self->state = (StateObject *)st;
+        } else {
+            Py_DECREF(st);
+        }
+    }
+    Py_XINCREF(v);
+    Py_XSETREF(self->ctx, v);
+    return 0;
+}
+
+static int value_set__free_fn(ValueObject *self, PyObject *v, void *c) {
+    Py_XINCREF(v);
+    Py_XSETREF(self->free_fn, v);
+    self->free_c = NULL;
+    return 0;
+}
+
+static PyObject *value_get__free_fn(ValueObject *self, void *c) {
+    if (self->free_fn == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_free_fn");
+        return NULL;
+    }
+    Py_INCREF(self->free_fn);
+    return self->free_fn;
+}
+
+static int state_closed(ValueObject *self) { /* 1 closed, 0 open, -1 error */
+    if (self->state != NULL) return !self->state->open;
+    if (self->ctx == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_ctx");
+        return -1;
+    }
+    PyObject *r = PyObject_GetAttr(self->ctx, s_closed);
+    if (r == NULL) return -1;
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t;
+}
+
+/* Value.ptr: the C pointer; InvalidHandleError after free/consume/close. */
+static PyObject *value_get_ptr(ValueObject *self, void *c) {
+    if (self->status == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_status");
+        return NULL;
+    }
+    if (self->status != Py_None) {
+        PyObject *d = value_describe(self);
+        if (d == NULL) return NULL;
+        PyObject *m = PyUnicode_FromFormat("%S was %S", d, self->status);
+        Py_DECREF(d);
+        if (m != NULL) {
+            PyErr_SetObject(InvalidHandleError, m);
+            Py_DECREF(m);
+        }
+        return NULL;
+    }
+    int closed = state_closed(self);
+    if (closed < 0) return NULL;
+    if (closed) {
+        PyObject *d = value_describe(self);
+        if (d == NULL) return NULL;
+        PyObject *m = PyUnicode_FromFormat("%S belongs to a closed Futhark context", d);
+        Py_DECREF(d);
+        if (m != NULL) {
+            PyErr_SetObject(InvalidHandleError, m);
+            Py_DECREF(m);
+        }
+        return NULL;
+    }
+    return value_get__ptr(self, NULL);
+}
+
+/* The value's address for a C call (cached). */
+static int value_raw(ValueObject *self, void **out) {
+    if (!self->has_raw) {
+        if (self->ptr == NULL || self->library == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "_ptr");
+            return -1;
+        }
+        PyObject *ffi = PyObject_GetAttr(self->library, s_ffi);
+        if (ffi == NULL) return -1;
+        PyObject *c = PyObject_CallMethodObjArgs(ffi, s_cast, s_uintptr, self->ptr, NULL);
+        Py_DECREF(ffi);
+        if (c == NULL) return -1;
+        PyObject *n = PyNumber_Long(c);
+        Py_DECREF(c);
+        if (n == NULL) return -1;
+        void *p = PyLong_AsVoidPtr(n);
+        Py_DECREF(n);
+        if (p == NULL && PyErr_Occurred()) return -1;
+        self->raw = p;
+        self->has_raw = 1;
+    }
+    *out = self->raw;
+    return 0;
+}
+
+static int alias_drop(PyObject *g) { /* g.live -= 1 */
+    PyObject *live = PyObject_GetAttr(g, s_live);
+    if (live == NULL) return -1;
+    long n = PyLong_AsLong(live);
+    Py_DECREF(live);
+    if (n == -1 && PyErr_Occurred()) return -1;
+    PyObject *nl = PyLong_FromLong(n - 1);
+    if (nl == NULL) return -1;
+    int r = PyObject_SetAttr(g, s_live, nl);
+    Py_DECREF(nl);
+    return r;
+}
+
+/* The C free of the value; -1 with an exception (Futhark's, from ctx.error(rc, "free")). Lock held. */
+static int value_free_now(ValueObject *self) {
+    StateObject *s = self->state;
+    long rc;
+    if (self->free_c != NULL && self->has_raw) {
+        int r;
+        void *ctx = (void *)(uintptr_t)s->raw_ctx, *raw = self->raw;
+        free_fn_c f = self->free_c;
+        Py_BEGIN_ALLOW_THREADS
+        r = f(ctx, raw);
+        Py_END_ALLOW_THREADS
+        rc = r;
+    } else {
+        PyObject *cptr = PyObject_GetAttr((PyObject *)s, s_ctx);
+        if (cptr == NULL) return -1;
+        PyObject *p = value_get__ptr(self, NULL);
+        if (p == NULL) {
+            Py_DECREF(cptr);
+            return -1;
+        }
+        PyObject *r = self->free_fn ? PyObject_CallFunctionObjArgs(self->free_fn, cptr, p, NULL) : NULL;
+        if (self->free_fn == NULL) PyErr_SetString(PyExc_AttributeError, "_free_fn");
+        Py_DECREF(cptr);
+        Py_DECREF(p);
+        if (r == NULL) return -1;
+        rc = PyLong_AsLong(r);
+        Py_DECREF(r);
+        if (rc == -1 && PyErr_Occurred()) return -1;
+    }
+    if (rc != 0) {
+        PyObject *e = PyObject_CallMethod(self->ctx, "error", "lO", rc, s_free);
+        if (e == NULL) return -1;
+        PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+        Py_DECREF(e);
+        return -1;
+    }
+    return 0;
+}
+
+/* Value._release with the lock held (or taken here when `locked` is 0). Mirrors handles.py. */
+static int value_release_impl(ValueObject *self, PyObject *status, int locked) {
+    StateObject *s = self->state;
+    if (s == NULL) { /* a context whose state is not a State: the Python release */
+        PyObject *r = PyObject_CallFunctionObjArgs(py_release, (PyObject *)self, status, NULL);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    if (!s->open) { /* close() freed the C value; never wait for a lock at interpreter exit */
+        int t = self->status == NULL ? 0 : PyObject_IsTrue(self->status);
+        if (t < 0) return -1;
+        if (!t) {
+            Py_INCREF(status);
+            Py_XSETREF(self->status, status);
+        }
+        Py_INCREF(Py_None);
+        Py_XSETREF(self->keep, Py_None);
+        return 0;
+    }
+    if (!locked && state_lock(s) < 0) return -1;
+    int rc = 0;
+    if (self->status == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_status");
+        rc = -1;
+        goto out;
+    }
+    if (self->status != Py_None) goto out;
+    /* From here to the free no Python code runs that could raise a KeyboardInterrupt into it. */
+    Py_INCREF(status);
+    Py_XSETREF(self->status, status);
+    if (self->aliases != NULL && self->aliases != Py_None && alias_drop(self->aliases) < 0) rc = -1;
+    if (rc == 0 && s->open) {
+        PyObject *key = PyLong_FromVoidPtr(self);
+        int has = key == NULL ? -1 : PyDict_Contains(s->values, key);
+        if (has > 0) {
+            has = PyDict_DelItem(s->values, key) < 0 ? -1 : 1;
+            if (has > 0 && value_free_now(self) < 0) has = -1;
+        }
+        Py_XDECREF(key);
+        if (has < 0) rc = -1;
+    }
+    { /* finally: after the free (the owner outlives the value) */
+        PyObject *t, *v, *tb, *old = self->keep;
+        PyErr_Fetch(&t, &v, &tb);
+        Py_INCREF(Py_None);
+        self->keep = Py_None;
+        Py_XDECREF(old);
+        PyErr_Restore(t, v, tb);
+    }
+out:
+    if (!locked) state_unlock(s);
+    return rc;
+}
+
+static PyObject *value_free(ValueObject *self, PyObject *unused) {
+    if (value_release_impl(self, s_freed, 0) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *value__release(ValueObject *self, PyObject *status) {
+    if (value_release_impl(self, status, 0) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *consumed_status(PyObject *by) { return PyUnicode_FromFormat("consumed by %S", by); }
+
+static PyObject *value__mark_consumed(ValueObject *self, PyObject *by) {
+    PyObject *st = consumed_status(by);
+    if (st == NULL) return NULL;
+    int r = value_release_impl(self, st, 0);
+    Py_DECREF(st);
+    if (r < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* __del__: as handles._PythonValue.__del__. */
+static void value_finalize(PyObject *o) {
+    ValueObject *self = (ValueObject *)o;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    if (self->status == Py_None && value_release_impl(self, s_freed, 0) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_Exception)) {
+            PyErr_Clear();
+        } else { /* a Ctrl-C at the start left the value untouched: free it now, then report */
+            PyObject *t2, *v2, *tb2;
+            PyErr_Fetch(&t2, &v2, &tb2);
+            if (self->status == Py_None && value_release_impl(self, s_freed, 0) < 0) {
+                if (PyErr_ExceptionMatches(PyExc_Exception)) {
+                    PyErr_Clear();
+                    PyErr_Restore(t2, v2, tb2);
+                } else {
+                    Py_XDECREF(t2);
+                    Py_XDECREF(v2);
+                    Py_XDECREF(tb2);
+                }
+            } else {
+                PyErr_Restore(t2, v2, tb2);
+            }
+            PyErr_WriteUnraisable(o);
+        }
+    }
+    PyErr_Restore(t, v, tb);
+}
+
+static int value_traverse(ValueObject *self, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->library);
+    Py_VISIT(self->ctx);
+    Py_VISIT(self->ptr);
+    Py_VISIT(self->status);
+    Py_VISIT(self->free_fn);
+    Py_VISIT(self->keep);
+    Py_VISIT(self->aliases);
+    Py_VISIT(self->kind);
+    Py_VISIT(self->shape);
+    Py_VISIT((PyObject *)self->state);
+    return 0;
+}
+
+static int value_clear(ValueObject *self) {
+    Py_CLEAR(self->library);
+    Py_CLEAR(self->ctx);
+    Py_CLEAR(self->ptr);
+    Py_CLEAR(self->status);
+    Py_CLEAR(self->free_fn);
+    Py_CLEAR(self->keep);
+    Py_CLEAR(self->aliases);
+    Py_CLEAR(self->kind);
+    Py_CLEAR(self->shape);
+    Py_CLEAR(self->state);
+    return 0;
+}
+
+static void value_dealloc(ValueObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+    value_clear(self);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef value_members[] = {
+    {"library", T_OBJECT_EX, offsetof(ValueObject, library), 0, NULL},
+    {"_status", T_OBJECT_EX, offsetof(ValueObject, status), 0, "None while live; else why it is unusable"},
+    {"_keep", T_OBJECT_EX, offsetof(ValueObject, keep), 0, "an object that must outlive the value"},
+    {"_aliases", T_OBJECT_EX, offsetof(ValueObject, aliases), 0, "handles that may share memory (aliases.py)"},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(ValueObject, weakreflist), READONLY, NULL},
+    {NULL},
+};
+
+static PyGetSetDef value_getset[] = {
+    {"_ptr", (getter)value_get__ptr, (setter)value_set__ptr, NULL, NULL},
+    {"_ctx", (getter)value_get__ctx, (setter)value_set__ctx, NULL, NULL},
+    {"_free_fn", (getter)value_get__free_fn, (setter)value_set__free_fn, NULL, NULL},
+    {"ptr", (getter)value_get_ptr, NULL, "The C pointer; raises InvalidHandleError after free/consume/close.", NULL},
+    {NULL},
+};
+
+static PyMethodDef value_methods[] = {
+    {"free", (PyCFunction)value_free, METH_NOARGS, "Release this reference now. Idempotent."},
+    {"_release", (PyCFunction)value__release, METH_O, NULL},
+    {"_mark_consumed", (PyCFunction)value__mark_consumed, METH_O, NULL},
+    {NULL},
+};
+
+static PyType_Slot value_slots[] = {
+    {Py_tp_dealloc, value_dealloc},
+    {Py_tp_traverse, value_traverse},
+    {Py_tp_clear, value_clear},
+    {Py_tp_finalize, value_finalize},
+    {Py_tp_members, value_members},
+    {Py_tp_getset, value_getset},
+    {Py_tp_methods, value_methods},
+    {Py_tp_doc, "Storage and lifetime of a handle (handles.Value subclasses it)."},
+    {0, NULL},
+};
+
+static PyType_Spec value_spec = {"pybridge.futhark._callpath.Value", sizeof(ValueObject), 0,
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_FINALIZE,
+                                 value_slots};
+
+static PyMemberDef array_members[] = {
+    {"atype", T_OBJECT_EX, offsetof(ValueObject, kind), 0, "the kinds.ArrayKind of this array's type"},
+    {"_shape", T_OBJECT_EX, offsetof(ValueObject, shape), 0, NULL},
+    {NULL},
+};
+static PyType_Slot array_slots[] = {{Py_tp_members, array_members}, {0, NULL}};
+static PyType_Spec array_spec = {"pybridge.futhark._callpath.ArrayBase", sizeof(ValueObject), 0,
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, array_slots};
+
+static PyMemberDef opaque_members[] = {
+    {"otype", T_OBJECT_EX, offsetof(ValueObject, kind), 0, "the kinds.OpaqueKind of this value's type"},
+    {NULL},
+};
+static PyType_Slot opaque_slots[] = {{Py_tp_members, opaque_members}, {0, NULL}};
+static PyType_Spec opaque_spec = {"pybridge.futhark._callpath.OpaqueBase", sizeof(ValueObject), 0,
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, opaque_slots};
+
+/* ------------------------------------------------------------------ Plan */
+
+typedef struct {
+    int code, fast;
+    PyObject *conv, *kind, *htype, *what, *consumed_by;
+    int shared;
+} InSpec;
+
+typedef struct {
+    int code;
+    PyObject *kind, *htype, *free_fn, *buf;
+    free_fn_c free_c;
+    char *buf_data;
+    int shared;
+} OutSpec;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *ep, *library, *ctx, *cfun;
+    StateObject *state;
+    shim_fn shim;
+    int sync;
+    Py_ssize_t n_in, n_out;
+    InSpec *ins;
+    OutSpec *outs;
+} PlanObject;
+
+static const Py_ssize_t slot_size[] = {1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 1};
+
+static int plan_traverse(PlanObject *p, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(p));
+    Py_VISIT(p->ep);
+    Py_VISIT(p->library);
+    Py_VISIT(p->ctx);
+    Py_VISIT(p->cfun);
+    Py_VISIT((PyObject *)p->state);
+    for (Py_ssize_t i = 0; p->ins && i < p->n_in; i++) {
+        Py_VISIT(p->ins[i].conv);
+        Py_VISIT(p->ins[i].kind);
+        Py_VISIT(p->ins[i].htype);
+        Py_VISIT(p->ins[i].what);
+        Py_VISIT(p->ins[i].consumed_by);
+    }
+    for (Py_ssize_t k = 0; p->outs && k < p->n_out; k++) {
+        Py_VISIT(p->outs[k].kind);
+        Py_VISIT(p->outs[k].htype);
+        Py_VISIT(p->outs[k].free_fn);
+        Py_VISIT(p->outs[k].buf);
+    }
+    return 0;
+}
+
+static int plan_clear(PlanObject *p) {
+    Py_CLEAR(p->ep);
+    Py_CLEAR(p->library);
+    Py_CLEAR(p->ctx);
+    Py_CLEAR(p->cfun);
+    Py_CLEAR(p->state);
+    for (Py_ssize_t i = 0; p->ins && i < p->n_in; i++) {
+        Py_CLEAR(p->ins[i].conv);
+        Py_CLEAR(p->ins[i].kind);
+        Py_CLEAR(p->ins[i].htype);
+        Py_CLEAR(p->ins[i].what);
+        Py_CLEAR(p->ins[i].consumed_by);
+    }
+    for (Py_ssize_t k = 0; p->outs && k < p->n_out; k++) {
+        Py_CLEAR(p->outs[k].kind);
+        Py_CLEAR(p->outs[k].htype);
+        Py_CLEAR(p->outs[k].free_fn);
+        Py_CLEAR(p->outs[k].buf);
+    }
+    return 0;
+}
+
+static void plan_dealloc(PlanObject *p) {
+    PyTypeObject *tp = Py_TYPE(p);
+    PyObject_GC_UnTrack(p);
+    plan_clear(p);
+    PyMem_Free(p->ins);
+    PyMem_Free(p->outs);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(p);
+    Py_DECREF(tp);
+}
+
+static PyObject *none_to_null(PyObject *o) {
+    if (o == Py_None) return NULL;
+    Py_INCREF(o);
+    return o;
+}
+
+/* Plan(ep, state, shim_address, sync, cfun, inputs, outputs): see callplan.compiled_plan. */
+static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *ep, *state, *shim_addr, *cfun, *inputs, *outputs;
+    int sync;
+    if (!PyArg_ParseTuple(args, "OOOpUO!O!:Plan", &ep, &state, &shim_addr, &sync, &cfun, &PyTuple_Type, &inputs,
+                          &PyTuple_Type, &outputs))
+        return NULL;
+    if (!IS_STATE(state)) {
+        PyErr_SetString(PyExc_TypeError, "Plan: state must be a _callpath.State");
+        return NULL;
+    }
+    Py_ssize_t n_in = PyTuple_Size(inputs), n_out = PyTuple_Size(outputs);
+    if (n_in > MAX_ARGS || n_out > MAX_ARGS) {
+        PyErr_SetString(PyExc_ValueError, "Plan: too many inputs or outputs");
+        return NULL;
+    }
+    void *shim = PyLong_AsVoidPtr(shim_addr);
+    if (shim == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Plan: null shim");
+        return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    PlanObject *p = (PlanObject *)alloc(type, 0);
+    if (p == NULL) return NULL;
+    p->ins = PyMem_Calloc(n_in ? n_in : 1, sizeof(InSpec));
+    p->outs = PyMem_Calloc(n_out ? n_out : 1, sizeof(OutSpec));
+    if (p->ins == NULL || p->outs == NULL) {
+        Py_DECREF(p);
+        return PyErr_NoMemory();
+    }
+    p->n_in = n_in;
+    p->n_out = n_out;
+    Py_INCREF(ep);
+    p->ep = ep;
+    Py_INCREF(state);
+    p->state = (StateObject *)state;
+    p->library = PyObject_GetAttrString(ep, "library");
+    p->ctx = p->library ? PyObject_GetAttrString(p->library, "context") : NULL;
+    if (p->ctx == NULL) goto fail;
+    Py_INCREF(cfun);
+    p->cfun = cfun;
+    p->shim = (shim_fn)shim;
+    p->sync = sync;
+    for (Py_ssize_t i = 0; i < n_in; i++) {
+        InSpec *s = &p->ins[i];
+        PyObject *conv, *kind, *htype, *what, *by;
+        if (!PyArg_ParseTuple(PyTuple_GetItem(inputs, i), "iiOOOOOp:input", &s->code, &s->fast, &conv, &kind, &htype,
+                              &what, &by, &s->shared))
+            goto fail;
+        if (s->code < 0 || s->code > C_OPAQUE) {
+            PyErr_SetString(PyExc_ValueError, "Plan: bad input code");
+            goto fail;
+        }
+        s->conv = none_to_null(conv);
+        s->kind = none_to_null(kind);
+        s->htype = none_to_null(htype);
+        s->what = none_to_null(what);
+        s->consumed_by = none_to_null(by);
+        if (s->code >= C_ARRAY && (s->htype == NULL || !PyType_Check(s->htype))) {
+            PyErr_SetString(PyExc_TypeError, "Plan: a handle input needs its handle type");
+            goto fail;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n_out; k++) {
+        OutSpec *o = &p->outs[k];
+        PyObject *kind, *htype, *free_fn, *free_addr, *buf, *buf_addr;
+        if (!PyArg_ParseTuple(PyTuple_GetItem(outputs, k), "iOOOOOOp:output", &o->code, &kind, &htype, &free_fn,
+                              &free_addr, &buf, &buf_addr, &o->shared))
+            goto fail;
+        if (o->code < 0 || o->code > C_OPAQUE) {
+            PyErr_SetString(PyExc_ValueError, "Plan: bad output code");
+            goto fail;
+        }
+        o->kind = none_to_null(kind);
+        o->htype = none_to_null(htype);
+        o->free_fn = none_to_null(free_fn);
+        o->buf = none_to_null(buf);
+        if (o->code >= C_ARRAY) {
+            o->free_c = (free_fn_c)PyLong_AsVoidPtr(free_addr);
+            if (o->free_c == NULL || o->htype == NULL || !PyType_Check(o->htype)) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Plan: a handle output needs its type and free");
+                goto fail;
+            }
+        } else {
+            o->buf_data = PyLong_AsVoidPtr(buf_addr);
+            if (o->buf_data == NULL || o->buf == NULL) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Plan: a scalar output needs its buffer");
+                goto fail;
+            }
+        }
+    }
+    return (PyObject *)p;
+fail:
+    Py_DECREF(p);
+    return NULL;
+}
+
+static int in_tuple(PyObject *t, PyObject *type) {
+    Py_ssize_t n = PyTuple_Size(t);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (PyTuple_GetItem(t, i) == type) return 1;
+    return 0;
+}
+
+/* Whether v's exact type is one cffi takes as it is for `code` (callplan._PASS; f32 is apart). */
+static int passes(int code, PyObject *v) {
+    PyObject *t = (PyObject *)Py_TYPE(v);
+    switch (code) {
+    case C_I8: case C_I16: case C_I32: case C_I64: case C_U8: case C_U16: case C_U32: case C_U64:
+        return PyLong_CheckExact(v) || in_tuple(np_int_types, t);
+    case C_F64:
+        return PyFloat_CheckExact(v) || t == np_float64 || t == np_float32 || t == np_float16;
+    case C_BOOL:
+        return PyBool_Check(v) || t == np_bool;
+    default:
+        return 0;
+    }
+}
+
+/* v (an accepted type, or a converter's result) into a slot as cffi converts it: 0, 1 for an
+ * integer out of range (cffi's OverflowError), -1 for another error. */
+static int to_slot(int code, PyObject *v, pybridge_slot *s) {
+    if (code <= C_F16) {
+        PyObject *n = PyNumber_Index(v);
+        if (n == NULL) return -1;
+        int ovf = 0, bad = 0;
+        long long x = PyLong_AsLongLongAndOverflow(n, &ovf);
+        if (x == -1 && PyErr_Occurred()) {
+            Py_DECREF(n);
+            return -1;
+        }
+        if (code == C_U64) {
+            if (ovf > 0) {
+                unsigned long long u = PyLong_AsUnsignedLongLong(n);
+                Py_DECREF(n);
+                if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+                    PyErr_Clear();
+                    return 1;
+                }
+                s->u64 = u;
+                return 0;
+            }
+            bad = ovf < 0 || x < 0;
+            s->u64 = (uint64_t)x;
+        } else {
+            bad = ovf != 0;
+            switch (code) {
+            case C_I8: bad |= x < INT8_MIN || x > INT8_MAX; s->i8 = (int8_t)x; break;
+            case C_I16: bad |= x < INT16_MIN || x > INT16_MAX; s->i16 = (int16_t)x; break;
+            case C_I32: bad |= x < INT32_MIN || x > INT32_MAX; s->i32 = (int32_t)x; break;
+            case C_I64: s->i64 = (int64_t)x; break;
+            case C_U8: bad |= x < 0 || x > UINT8_MAX; s->u8 = (uint8_t)x; break;
+            case C_U16: case C_F16: bad |= x < 0 || x > UINT16_MAX; s->u16 = (uint16_t)x; break;
+            case C_U32: bad |= x < 0 || x > UINT32_MAX; s->u32 = (uint32_t)x; break;
+            }
+        }
+        Py_DECREF(n);
+        return bad;
+    }
+    if (code == C_F32 || code == C_F64) {
+        double d = PyFloat_AsDouble(v);
+        if (d == -1.0 && PyErr_Occurred()) return -1;
+        if (code == C_F32) s->f32 = (float)d;
+        else s->f64 = d;
+        return 0;
+    }
+    int t = PyObject_IsTrue(v); /* bool and np.bool_ only reach here */
+    if (t < 0) return -1;
+    s->b = t;
+    return 0;
+}
+
+/* A handle owning a result (ArrayHandle/OpaqueHandle.__init__ as attribute stores, registered
+ * last); NULL with the value freed if it cannot be made. Lock held. */
+static PyObject *take_result(PlanObject *p, OutSpec *o, void *raw) {
+    PyTypeObject *ht = (PyTypeObject *)o->htype;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(ht, Py_tp_alloc);
+    ValueObject *h = (ValueObject *)alloc(ht, 0);
+    PyObject *key = NULL, *addr = NULL, *entry = NULL;
+    if (h == NULL) goto fail;
+    Py_INCREF(o->kind);
+    h->kind = o->kind;
+    if (o->code == C_ARRAY) {
+        Py_INCREF(Py_None);
+        h->shape = Py_None;
+    }
+    Py_INCREF(p->library);
+    h->library = p->library;
+    Py_INCREF(p->ctx);
+    h->ctx = p->ctx;
+    Py_INCREF(p->state);
+    h->state = p->state;
+    h->raw = raw;
+    h->has_raw = 1;
+    Py_INCREF(o->free_fn);
+    h->free_fn = o->free_fn;
+    h->free_c = o->free_c;
+    Py_INCREF(Py_None);
+    h->status = Py_None;
+    Py_INCREF(Py_None);
+    h->keep = Py_None;
+    Py_INCREF(Py_None);
+    h->aliases = Py_None;
+    key = PyLong_FromVoidPtr(h);
+    addr = PyLong_FromVoidPtr(raw);
+    if (key == NULL || addr == NULL) goto fail;
+    entry = PyTuple_Pack(2, o->free_fn, addr);
+    if (entry == NULL || PyDict_SetItem(p->state->values, key, entry) < 0) goto fail;
+    Py_DECREF(key);
+    Py_DECREF(addr);
+    Py_DECREF(entry);
+    return (PyObject *)h;
+fail: { /* nobody will see this value: free it, and leave the handle nothing to free */
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        o->free_c((void *)(uintptr_t)p->state->raw_ctx, raw);
+        if (h != NULL) {
+            Py_INCREF(s_freed);
+            Py_XSETREF(h->status, s_freed);
+        }
+        PyErr_Restore(t, v, tb);
+    }
+    Py_XDECREF(h);
+    Py_XDECREF(key);
+    Py_XDECREF(addr);
+    Py_XDECREF(entry);
+    return NULL;
+}
+
+static PyObject *call_general(PlanObject *p, PyObject *values) {
+    return PyObject_CallMethodObjArgs(p->ep, s_general, values, NULL);
+}
+
+/* Non-unique handle results join the non-unique handle arguments' alias group (callplan.py). */
+static int link_results(PlanObject *p, PyObject **a, PyObject **res) {
+    PyObject *ins[MAX_ARGS], *outs[MAX_ARGS];
+    Py_ssize_t ni = 0, no = 0;
+    for (Py_ssize_t k = 0; k < p->n_out; k++)
+        if (p->outs[k].code >= C_ARRAY && p->outs[k].shared) outs[no++] = res[k];
+    if (no == 0) return 0;
+    for (Py_ssize_t i = 0; i < p->n_in; i++)
+        if (p->ins[i].code >= C_ARRAY && p->ins[i].shared) ins[ni++] = a[i];
+    if (no + ni < 2) return 0;
+    if (ni > 0) { /* the common case, inlined: the arguments on one group's root already */
+        PyObject *g = ((ValueObject *)ins[0])->aliases;
+        int same = g != NULL && g != Py_None;
+        for (Py_ssize_t i = 1; same && i < ni; i++) same = ((ValueObject *)ins[i])->aliases == g;
+        if (same) {
+            PyObject *parent = PyObject_GetAttr(g, s_parent);
+            if (parent == NULL) return -1;
+            same = parent == Py_None;
+            Py_DECREF(parent);
+        }
+        if (same) {
+            PyObject *live = PyObject_GetAttr(g, s_live);
+            if (live == NULL) return -1;
+            PyObject *add = PyLong_FromSsize_t(no), *nl = add ? PyNumber_Add(live, add) : NULL;
+            Py_DECREF(live);
+            Py_XDECREF(add);
+            if (nl == NULL) return -1;
+            for (Py_ssize_t k = 0; k < no; k++) {
+                Py_INCREF(g);
+                Py_XSETREF(((ValueObject *)outs[k])->aliases, g);
+            }
+            int r = PyObject_SetAttr(g, s_live, nl);
+            Py_DECREF(nl);
+            return r;
+        }
+    }
+    PyObject *list = PyList_New(ni + no);
+    if (list == NULL) return -1;
+    for (Py_ssize_t i = 0; i < ni; i++) {
+        Py_INCREF(ins[i]);
+        PyList_SetItem(list, i, ins[i]);
+    }
+    for (Py_ssize_t k = 0; k < no; k++) {
+        Py_INCREF(outs[k]);
+        PyList_SetItem(list, ni + k, outs[k]);
+    }
+    PyObject *r = PyObject_CallFunctionObjArgs(join_fn, list, NULL);
+    Py_DECREF(list);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Futhark's error for a failed call: the message taken (and freed) here, the exception built by
+ * context.error_for_message, then EntryPoint._explained. */
+static void raise_failed(PlanObject *p, int rc, char *msg, PyObject *args) {
+    PyObject *text;
+    if (msg != NULL) {
+        text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+        free(msg);
+    } else {
+        text = PyUnicode_FromString("");
+    }
+    if (text == NULL) return;
+    PyObject *e = PyObject_CallFunction(error_for_message, "iOO", rc, text, p->cfun);
+    Py_DECREF(text);
+    if (e == NULL) return;
+    PyObject *x = PyObject_CallMethodObjArgs(p->ep, s_explained, e, args, NULL);
+    Py_DECREF(e);
+    if (x == NULL) return;
+    PyErr_SetObject((PyObject *)Py_TYPE(x), x);
+    Py_DECREF(x);
+}
+
+static PyObject *plan_call(PlanObject *p, PyObject *args, PyObject *kwargs) {
+    Py_ssize_t n = PyTuple_Size(args);
+    if ((kwargs != NULL && PyDict_Size(kwargs) > 0) || n != p->n_in) {
+        PyObject *kw = kwargs ? kwargs : PyDict_New();
+        if (kw == NULL) return NULL;
+        PyObject *bound = PyObject_CallMethodObjArgs(p->ep, s_bind, args, kw, NULL);
+        if (kwargs == NULL) Py_DECREF(kw);
+        if (bound == NULL) return NULL;
+        PyObject *r = call_general(p, bound);
+        Py_DECREF(bound);
+        return r;
+    }
+    PyObject *a[MAX_ARGS];         /* the arguments, after their converters (owned) */
+    PyObject *res[MAX_ARGS];       /* results (owned) */
+    pybridge_slot in_slots[MAX_ARGS], out_slots[MAX_ARGS];
+    void *out_ptrs[MAX_ARGS];
+    Py_ssize_t n_a = 0, n_res = 0, i, k;
+    PyObject *ret = NULL;
+    StateObject *s = p->state;
+    int locked = 0;
+
+    /* Before the lock: type tests and conversions, in parameter order (the Python plan's `pre`). */
+    for (i = 0; i < n; i++, n_a++) {
+        PyObject *v = PyTuple_GetItem(args, i);
+        InSpec *in = &p->ins[i];
+        if (in->code >= C_ARRAY) {
+            if ((PyObject *)Py_TYPE(v) != in->htype || ((ValueObject *)v)->kind != in->kind) goto general;
+            Py_INCREF(v);
+        } else if (!in->fast) {
+            v = PyObject_CallFunctionObjArgs(in->conv, v, NULL);
+            if (v == NULL) goto done;
+        } else if (in->code == C_F32) {
+            /* np.float32 as it is; a float or np.float64 within f32's range as a float */
+            PyObject *t = (PyObject *)Py_TYPE(v);
+            if (t == np_float32) {
+                Py_INCREF(v);
+            } else if (t == (PyObject *)&PyFloat_Type || t == np_float64) {
+                double d = PyFloat_AsDouble(v);
+                if (d == -1.0 && PyErr_Occurred()) goto done;
+                if (-f32_max <= d && d <= f32_max) { /* NaN fails both tests */
+                    Py_INCREF(v);
+                } else {
+                    v = PyObject_CallFunctionObjArgs(in->conv, v, NULL);
+                    if (v == NULL) goto done;
+                }
+            } else {
+                v = PyObject_CallFunctionObjArgs(in->conv, v, NULL);
+                if (v == NULL) goto done;
+            }
+        } else if (passes(in->code, v)) {
+            Py_INCREF(v);
+        } else {
+            v = PyObject_CallFunctionObjArgs(in->conv, v, NULL);
+            if (v == NULL) goto done;
+        }
+        a[i] = v;
+    }
+    for (i = 0; i < n; i++) { /* consumed handles: passed twice, or sharing memory with a live one */
+        if (p->ins[i].consumed_by == NULL) continue;
+        for (Py_ssize_t j = 0; j < n; j++)
+            if (j != i && p->ins[j].code >= C_ARRAY && a[j] == a[i]) goto general;
+        PyObject *g = ((ValueObject *)a[i])->aliases;
+        if (g != NULL && g != Py_None) {
+            PyObject *r = PyObject_CallFunctionObjArgs(shared_fn, a[i], NULL);
+            if (r == NULL) goto done;
+            int t = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (t < 0) goto done;
+            if (t) goto general;
+        }
+    }
+
+    if (state_lock(s) < 0) goto done;
+    locked = 1;
+    if (!s->open) {
+        PyErr_SetObject(InvalidHandleError, s_closed_msg);
+        goto done;
+    }
+    for (i = 0; i < n; i++) { /* still live: another thread may have freed or consumed it */
+        InSpec *in = &p->ins[i];
+        if (in->code < C_ARRAY) continue;
+        ValueObject *h = (ValueObject *)a[i];
+        if (h->status != Py_None) {
+            PyObject *r = PyObject_CallMethodObjArgs((PyObject *)h, s_live_ptr, in->what, NULL);
+            if (r == NULL) goto done;
+            Py_DECREF(r);
+        }
+        if (value_raw(h, &in_slots[i].p) < 0) goto done;
+    }
+    for (i = 0; i < n; i++) {
+        int code = p->ins[i].code;
+        if (code >= C_ARRAY) continue;
+        int r = to_slot(code, a[i], &in_slots[i]);
+        if (r < 0) goto done;
+        if (r > 0) { /* out of range (cffi's OverflowError): the converters' error names the parameter */
+            PyObject *x = PyObject_CallMethodObjArgs(p->ep, s_convert_scalars, args, NULL);
+            if (x != NULL) {
+                Py_DECREF(x);
+                PyErr_Format(PyExc_OverflowError, "%U: an argument is out of range for its C type", p->cfun);
+            }
+            goto done;
+        }
+    }
+    for (k = 0; k < p->n_out; k++) out_ptrs[k] = &out_slots[k];
+
+    char *err = NULL;
+    int rc;
+    {
+        void *ctx = (void *)(uintptr_t)s->raw_ctx;
+        shim_fn shim = p->shim;
+        int sync = p->sync;
+        Py_BEGIN_ALLOW_THREADS
+        rc = shim(ctx, sync, &err, out_ptrs, in_slots);
+        Py_END_ALLOW_THREADS
+    }
+    /* The bookkeeping runs whatever happens next: results owned, consumed arguments freed. */
+    int failed = 0;
+    if (rc == 0) {
+        for (k = 0; k < p->n_out; k++) {
+            OutSpec *o = &p->outs[k];
+            res[k] = NULL;
+            if (o->code < C_ARRAY) continue;
+            if (failed) { /* an earlier result could not be made: free this one */
+                o->free_c((void *)(uintptr_t)s->raw_ctx, out_slots[k].p);
+                continue;
+            }
+            res[k] = take_result(p, o, out_slots[k].p);
+            if (res[k] == NULL) failed = 1;
+        }
+        n_res = p->n_out;
+    }
+    for (i = 0; i < n; i++) {
+        InSpec *in = &p->ins[i];
+        if (in->consumed_by == NULL) continue;
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyObject *st = consumed_status(in->consumed_by);
+        int r = st ? value_release_impl((ValueObject *)a[i], st, 1) : -1;
+        Py_XDECREF(st);
+        if (t != NULL) { /* the first error wins */
+            if (r < 0) PyErr_Clear();
+            PyErr_Restore(t, v, tb);
+        } else if (r < 0) {
+            failed = 1;
+        }
+    }
+    if (rc != 0) {
+        if (failed) {
+            free(err);
+        } else {
+            raise_failed(p, rc, err, args);
+        }
+        goto done;
+    }
+    if (failed) goto done;
+    if (link_results(p, a, res) < 0) goto done;
+    for (k = 0; k < p->n_out; k++) {
+        OutSpec *o = &p->outs[k];
+        if (o->code >= C_ARRAY) continue;
+        memcpy(o->buf_data, &out_slots[k], slot_size[o->code]);
+        res[k] = PySequence_GetItem(o->buf, 0);
+        if (res[k] == NULL) goto done;
+    }
+    if (p->n_out == 1) {
+        ret = res[0];
+        res[0] = NULL;
+    } else {
+        ret = PyTuple_New(p->n_out);
+        if (ret == NULL) goto done;
+        for (k = 0; k < p->n_out; k++) {
+            PyTuple_SetItem(ret, k, res[k]);
+            res[k] = NULL;
+        }
+    }
+done:
+    if (locked) state_unlock(s);
+    for (k = 0; k < n_res; k++) Py_XDECREF(res[k]);
+    for (i = 0; i < n_a; i++) Py_DECREF(a[i]);
+    return ret;
+general:
+    for (i = 0; i < n_a; i++) Py_DECREF(a[i]);
+    return call_general(p, args);
+}
+
+static PyType_Slot plan_slots[] = {
+    {Py_tp_dealloc, plan_dealloc},
+    {Py_tp_traverse, plan_traverse},
+    {Py_tp_clear, plan_clear},
+    {Py_tp_call, plan_call},
+    {Py_tp_new, plan_new},
+    {Py_tp_doc, "One entry point's call plan in C (callplan.py's compiled function, mirrored)."},
+    {0, NULL},
+};
+
+static PyType_Spec plan_spec = {"pybridge.futhark._callpath.Plan", sizeof(PlanObject), 0,
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, plan_slots};
+
+/* ------------------------------------------------------------------ DLPack */
+
+typedef struct {
+    int32_t device_type, device_id;
+} DLDevice;
+typedef struct {
+    uint8_t code, bits;
+    uint16_t lanes;
+} DLDataType;
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape, *strides;
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *);
+} DLManagedTensor;
+typedef struct DLManagedTensorVersioned {
+    uint32_t major, minor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+
+/* One allocation: the managed tensor, then the shape. manager_ctx is the owner (a reference). */
+static void release_owner(void *owner, void *block) {
+    PyGILState_STATE g = PyGILState_Ensure(); /* the consumer may call the deleter from any thread */
+    Py_XDECREF((PyObject *)owner);
+    exports_alive--;
+    PyGILState_Release(g);
+    free(block);
+}
+
+static void legacy_deleter(DLManagedTensor *m) {
+    if (m != NULL) release_owner(m->manager_ctx, m);
+}
+static void versioned_deleter(DLManagedTensorVersioned *m) {
+    if (m != NULL) release_owner(m->manager_ctx, m);
+}
+
+static void capsule_destructor(PyObject *capsule) {
+    /* never consumed: it still owns the tensor (a consumed one was renamed "used_...") */
+    if (PyCapsule_IsValid(capsule, "dltensor")) {
+        legacy_deleter((DLManagedTensor *)PyCapsule_GetPointer(capsule, "dltensor"));
+    } else if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
+        versioned_deleter((DLManagedTensorVersioned *)PyCapsule_GetPointer(capsule, "dltensor_versioned"));
+    }
+}
+
+/* dlpack_capsule(ptr, shape, code, bits, device_type, device_id, versioned, readonly, owner) */
+static PyObject *dlpack_capsule(PyObject *m, PyObject *args) {
+    PyObject *ptr_o, *shape, *owner;
+    int code, bits, device_type, device_id, versioned, readonly;
+    if (!PyArg_ParseTuple(args, "OO!iiiippO:dlpack_capsule", &ptr_o, &PyTuple_Type, &shape, &code, &bits,
+                          &device_type, &device_id, &versioned, &readonly, &owner))
+        return NULL;
+    void *data = PyLong_AsVoidPtr(ptr_o);
+    if (data == NULL && PyErr_Occurred()) return NULL;
+    Py_ssize_t ndim = PyTuple_Size(shape);
+    size_t head = versioned ? sizeof(DLManagedTensorVersioned) : sizeof(DLManagedTensor);
+    head = (head + 7) & ~(size_t)7;
+    char *block = malloc(head + (size_t)(ndim ? ndim : 1) * sizeof(int64_t));
+    if (block == NULL) return PyErr_NoMemory();
+    int64_t *dims = (int64_t *)(block + head);
+    for (Py_ssize_t i = 0; i < ndim; i++) {
+        dims[i] = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
+        if (dims[i] == -1 && PyErr_Occurred()) {
+            free(block);
+            return NULL;
+        }
+    }
+    DLTensor *t;
+    if (versioned) {
+        DLManagedTensorVersioned *mv = (DLManagedTensorVersioned *)block;
+        memset(mv, 0, sizeof *mv);
+        mv->major = 1;
+        mv->minor = 0;
+        mv->manager_ctx = owner;
+        mv->deleter = versioned_deleter;
+        mv->flags = readonly ? 1 : 0;
+        t = &mv->dl_tensor;
+    } else {
+        DLManagedTensor *ml = (DLManagedTensor *)block;
+        memset(ml, 0, sizeof *ml);
+        ml->manager_ctx = owner;
+        ml->deleter = legacy_deleter;
+        t = &ml->dl_tensor;
+    }
+    t->data = data;
+    t->device.device_type = device_type;
+    t->device.device_id = device_id;
+    t->ndim = (int32_t)ndim;
+    t->dtype.code = (uint8_t)code;
+    t->dtype.bits = (uint8_t)bits;
+    t->dtype.lanes = 1;
+    t->shape = dims;
+    t->strides = NULL; /* C order */
+    t->byte_offset = 0;
+    Py_INCREF(owner);
+    exports_alive++;
+    PyObject *cap = PyCapsule_New(block, versioned ? "dltensor_versioned" : "dltensor", capsule_destructor);
+    if (cap == NULL) {
+        exports_alive--;
+        Py_DECREF(owner);
+        free(block);
+    }
+    return cap;
+}
+
+static PyObject *dlpack_exports_alive(PyObject *m, PyObject *unused) { return PyLong_FromLong(exports_alive); }
+
+/* ------------------------------------------------------------------ module */
+
+static PyObject *configure(PyObject *m, PyObject *args) {
+    PyObject *ihe, *join, *shared, *efm, *rel, *ints, *f64, *f32, *f16, *b;
+    double fmax;
+    if (!PyArg_ParseTuple(args, "OOOOOO!OOOOd:configure", &ihe, &join, &shared, &efm, &rel, &PyTuple_Type, &ints, &f64,
+                          &f32, &f16, &b, &fmax))
+        return NULL;
+    PyObject **slots[] = {&InvalidHandleError, &join_fn, &shared_fn, &error_for_message, &py_release, &np_int_types,
+                          &np_float64, &np_float32, &np_float16, &np_bool};
+    PyObject *vals[] = {ihe, join, shared, efm, rel, ints, f64, f32, f16, b};
+    for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
+        Py_INCREF(vals[i]);
+        Py_XSETREF(*slots[i], vals[i]);
+    }
+    f32_max = fmax;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", configure, METH_VARARGS, "Set the Python objects the compiled path uses (callpath.py, once)."},
+    {"dlpack_capsule", dlpack_capsule, METH_VARARGS, "A DLPack capsule over a C-ordered array, owning a reference to owner."},
+    {"dlpack_exports_alive", dlpack_exports_alive, METH_NOARGS, "Capsules made here not yet released by their consumer."},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "pybridge.futhark._callpath",
+                                        "The per-call path of pybridge.futhark in compiled code (see _callpath.c).", -1,
+                                        module_methods};
+
+static int intern(PyObject **slot, const char *s) {
+    *slot = PyUnicode_InternFromString(s);
+    return *slot == NULL ? -1 : 0;
+}
+
+PyMODINIT_FUNC PyInit__callpath(void) {
+    struct {
+        PyObject **slot;
+        const char *s;
+    } names[] = {{&s_freed, "freed"}, {&s_live, "live"}, {&s_parent, "parent"}, {&s_acquire, "acquire"},
+                 {&s_release, "release"}, {&s_describe, "_describe"}, {&s_error, "error"}, {&s_free, "free"},
+                 {&s_state, "_state"}, {&s_ctx, "ctx"}, {&s_closed, "closed"}, {&s_live_ptr, "_live_ptr"},
+                 {&s_pointer, "_pointer"}, {&s_ffi, "ffi"}, {&s_cast, "cast"}, {&s_uintptr, "uintptr_t"},
+                 {&s_closed_msg, "the Futhark context is closed"}, {&s_general, "_call_general"}, {&s_bind, "_bind"},
+                 {&s_convert_scalars, "_convert_scalars"}, {&s_explained, "_explained"}};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (intern(names[i].slot, names[i].s) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    StateType = (PyTypeObject *)PyType_FromSpec(&state_spec);
+    ValueType = (PyTypeObject *)PyType_FromSpec(&value_spec);
+    if (StateType == NULL || ValueType == NULL) goto fail;
+    ArrayBaseType = (PyTypeObject *)PyType_FromSpecWithBases(&array_spec, (PyObject *)ValueType);
+    OpaqueBaseType = (PyTypeObject *)PyType_FromSpecWithBases(&opaque_spec, (PyObject *)ValueType);
+    PlanType = (PyTypeObject *)PyType_FromSpec(&plan_spec);
+    if (ArrayBaseType == NULL || OpaqueBaseType == NULL || PlanType == NULL) goto fail;
+    PyTypeObject *types[] = {StateType, ValueType, ArrayBaseType, OpaqueBaseType, PlanType};
+    const char *tnames[] = {"State", "Value", "ArrayBase", "OpaqueBase", "Plan"};
+    for (size_t i = 0; i < 5; i++) {
+        Py_INCREF(types[i]);
+        if (PyModule_AddObject(m, tnames[i], (PyObject *)types[i]) < 0) {
+            Py_DECREF(types[i]);
+            goto fail;
+        }
+    }
+    if (PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0) goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}
