@@ -112,6 +112,7 @@ def cmd_info(_: argparse.Namespace) -> int:
     rows = [
         ("pybridge", f"{version()} ({Path(__file__).parent})"),
         ("python", sys.version.split()[0]),
+        ("call path", __import__("pybridge.futhark.callpath", fromlist=["DESCRIPTION"]).DESCRIPTION),
         ("futhark compiler", f"{fut_v} ({fut})" if fut else "not found: run `pybridge install-futhark`, or see https://futhark-lang.org/releases/ (or FUTHARK=...)"),
         ("nvcc", f"{nvcc_v} ({nvcc})" if nvcc else "not found (CUDA toolkit)"),
         ("GPU", _gpu_description()),

@@ -471,9 +471,25 @@ def export_dlpack(
     return _export_keyed(key, owner)
 
 
+_compiled: Any = None  # pybridge.futhark._callpath (False without it), looked up at the first export
+_dl_codes: dict[Any, tuple[int, int]] = {}  # dtype (or its typestr) -> (DLPack type code, bits)
+
+
 def _export_keyed(key: tuple[Any, ...], owner: Any) -> Any:
     """:func:`export_dlpack` for a key of exact types (int pointer, tuples, ...): callers that have
-    them already (Futhark handles) skip the normalisation."""
+    them already (Futhark handles) skip the normalisation. C-ordered exports are made by the
+    compiled call path where it is in use (the same capsule, built in C)."""
+    global _compiled
+    if _compiled is None:
+        from .futhark.callpath import compiled  # here: pybridge.futhark imports this module
+
+        _compiled = compiled or False
+    if _compiled and key[3] is None:
+        code = _dl_codes.get(key[2])
+        if code is None:
+            dt = _dl_dtype(np.dtype(key[2]))  # BufferError for a dtype DLPack lacks
+            code = _dl_codes[key[2]] = (int(dt.code), int(dt.bits))
+        return _compiled.dlpack_capsule(key[0], key[1], code[0], code[1], key[4], key[5], key[6], key[7], owner)
     entry = _templates.get(key)
     if entry is None:
         entry = _dlpack_template(key[0], key[1], np.dtype(key[2]), key[3], *key[4:])
@@ -495,7 +511,8 @@ def _export_keyed(key: tuple[Any, ...], owner: Any) -> Any:
 def exports_alive() -> int:
     """Exported tensors not yet released by their consumer (for leak tests)."""
     with _exports_lock:
-        return len(_exports)
+        alive = len(_exports)
+    return alive + (_compiled.dlpack_exports_alive() if _compiled else 0)
 
 
 class DLPackOwner:

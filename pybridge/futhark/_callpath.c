@@ -1190,7 +1190,7 @@ typedef struct DLManagedTensorVersioned {
     DLTensor dl_tensor;
 } DLManagedTensorVersioned;
 
-/* One allocation: the managed tensor, then the shape. manager_ctx is the owner (a reference). */
+/* One allocation: the managed tensor, then shape and strides. manager_ctx is the owner (a reference). */
 static void release_owner(void *owner, void *block) {
     PyGILState_STATE g = PyGILState_Ensure(); /* the consumer may call the deleter from any thread */
     Py_XDECREF((PyObject *)owner);
@@ -1227,15 +1227,20 @@ static PyObject *dlpack_capsule(PyObject *m, PyObject *args) {
     Py_ssize_t ndim = PyTuple_Size(shape);
     size_t head = versioned ? sizeof(DLManagedTensorVersioned) : sizeof(DLManagedTensor);
     head = (head + 7) & ~(size_t)7;
-    char *block = malloc(head + (size_t)(ndim ? ndim : 1) * sizeof(int64_t));
+    char *block = malloc(head + 2 * (size_t)(ndim ? ndim : 1) * sizeof(int64_t));
     if (block == NULL) return PyErr_NoMemory();
-    int64_t *dims = (int64_t *)(block + head);
+    int64_t *dims = (int64_t *)(block + head), *steps = dims + (ndim ? ndim : 1);
     for (Py_ssize_t i = 0; i < ndim; i++) {
         dims[i] = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
         if (dims[i] == -1 && PyErr_Occurred()) {
             free(block);
             return NULL;
         }
+    }
+    int64_t step = 1; /* C order, in elements (interop.c_contiguous_strides) */
+    for (Py_ssize_t i = ndim - 1; i >= 0; i--) {
+        steps[i] = step;
+        step *= dims[i] > 1 ? dims[i] : 1;
     }
     DLTensor *t;
     if (versioned) {
@@ -1262,7 +1267,7 @@ static PyObject *dlpack_capsule(PyObject *m, PyObject *args) {
     t->dtype.bits = (uint8_t)bits;
     t->dtype.lanes = 1;
     t->shape = dims;
-    t->strides = NULL; /* C order */
+    t->strides = steps;
     t->byte_offset = 0;
     Py_INCREF(owner);
     exports_alive++;

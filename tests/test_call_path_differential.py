@@ -1,0 +1,229 @@
+"""The compiled call path against the Python one, in one process (issue 34).
+
+Each library is loaded twice from the same file: once with the compiled plans (``_callpath.Plan``)
+and once inside ``callpath.python_plans()`` (the Python plans, which the fallback uses). Hypothesis
+drives both with the same draws and every outcome must be identical: results bit for bit,
+exception types and messages, and the libraries' live-value counts after every step.
+
+- Generated interfaces (tests/interface_gen.py): every primitive type, arrays, records, sums,
+  arrays of records and of sums, unique parameters; arguments as NumPy data, then the result
+  handles passed back (the plans' fast path: consumed, aliased, reused), then again once they are
+  consumed or freed; scalars replaced at random by adversarial values (out of range, NaN, bool for
+  int, strings, None, NumPy scalars of other types).
+- The lifecycle machine (pybridge/testing/stateful.py: threads, Ctrl-C, freed and consumed
+  handles, aliasing), run on both with one derandomised seed; the trace of its model after every
+  step (which handles are live, their shapes, the library's live-value count) must match.
+
+On cuda: ``PYBRIDGE_GEN_PREBUILT`` as for tests/test_generated_interfaces.py (the GPU machine has
+no Futhark compiler), and build/reference/cuda/libprobe.so for the machine.
+"""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, seed, settings, strategies as st
+from hypothesis.extra import numpy as hnp
+from hypothesis.stateful import run_state_machine_as_test
+
+import pybridge.futhark as pf
+from pybridge.futhark import callpath
+from pybridge.futhark.build import futhark_compiler
+from pybridge.futhark.handles import Value
+from pybridge.futhark.types import PRIMITIVES
+from pybridge.paths import find_build_file
+from pybridge.testing.stateful import handle_lifecycle_machine
+
+import interface_gen as g
+import test_generated_interfaces as gen
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [
+    pytest.mark.futhark,
+    pytest.mark.skipif(callpath.compiled is None, reason=f"the compiled call path is not in use: {callpath.DESCRIPTION}"),
+]
+BACKENDS = [pytest.param("c", id="c"), pytest.param("multicore", id="multicore"),
+            pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+ENTRIES = 12  # generated entry points per backend (one compiler run)
+ROUNDS = 2  # draws per entry point
+
+
+def load_both(so: Path, backend: str) -> tuple[pf.Library, pf.Library]:
+    """(compiled plans, Python plans) of one library file, each with its own context."""
+    fast = pf.load(so, backend=backend)
+    with callpath.python_plans():
+        slow = pf.load(so, backend=backend)
+    for name in fast.entry_points:  # both paths are what they claim to be
+        assert isinstance(type(fast.entry_points[name]).__call__, callpath.compiled.Plan), name
+        assert not isinstance(type(slow.entry_points[name]).__call__, callpath.compiled.Plan), name
+    return fast, slow
+
+
+# ---------------------------------------------------------------- generated interfaces
+
+
+numpy_scalars = st.sampled_from(sorted(set(g.DTYPES.values()), key=str)).flatmap(lambda dt: hnp.from_dtype(dt).map(dt.type))
+adversarial = st.one_of(
+    numpy_scalars,
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([2**7, 2**8, 2**15, 2**16, 2**31, 2**32, 2**63, 2**64, -1, -(2**63) - 1]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([3.5e38, -3.5e38, 1e300, float("nan")]),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=2),
+)
+
+
+def outcome(fn: Callable[[], Any]) -> tuple[Any, ...]:
+    """("ok", the results as plain data, the results) or ("raised", type, message)."""
+    try:
+        res = fn()
+    except Exception as e:  # noqa: BLE001 - the exception is the outcome compared
+        return ("raised", type(e), str(e))
+    return ("ok", tuple(gen.read(r) for r in (res if isinstance(res, tuple) else (res,))), res)
+
+
+def same_outcome(a: tuple[Any, ...], b: tuple[Any, ...], where: str) -> None:
+    if a[0] == "raised" or b[0] == "raised":
+        assert a == b, f"{where}: compiled {a[:3]} != Python {b[:3]}"
+        return
+    gen.assert_same(b[1], a[1], where, scalar_f32_quiet=False)
+
+
+def run_entry(lib: pf.Library, e: g.Entry, args: list[Any]) -> list[tuple[Any, ...]]:
+    """The steps one entry point goes through, with the live-value count after each."""
+    ep = lib.entry(e.name)
+    steps = []
+    first = outcome(lambda: ep(*args))
+    steps += [first, ("live", lib.live_values())]
+    if first[0] == "ok":
+        res = first[2] if isinstance(first[2], tuple) else (first[2],)
+        again = list(args)
+        if e.kind == "identity":
+            kept = [i for i, p in enumerate(e.params) if not p.ignored]
+            if len(kept) == 1 and len(res) != 1:
+                again[kept[0]] = tuple(res)
+            else:
+                for i, r in zip(kept, res):
+                    again[i] = r
+        for _ in range(2):  # the handles passed back, then once more (consumed ones are invalid now)
+            o = outcome(lambda: ep(*again))
+            steps += [o[:2] if o[0] == "ok" else o, ("live", lib.live_values())]
+            if o[0] == "ok":
+                gen._free(o[2])
+        gen._free(first[2])
+        o = outcome(lambda: ep(*again))  # freed handles
+        steps += [o[:2] if o[0] == "ok" else o, ("live", lib.live_values())]
+        if o[0] == "ok":
+            gen._free(o[2])
+    gc.collect()
+    steps.append(("live", lib.live_values()))
+    return steps
+
+
+def check_both(fast: pf.Library, slow: pf.Library, e: g.Entry, draw: Any, backend: str, counts: dict[str, int]) -> None:
+    info = fast.entry(e.name).info
+    plain, _ = gen.draw_call(e, draw, backend)
+    for i, p in enumerate(info.inputs):  # adversarial scalars: both paths must refuse them alike
+        if p.type in PRIMITIVES and draw(st.integers(0, 3)) == 0:
+            plain[i] = draw(adversarial)
+    args = [gen.spelled(fast, p.type, a, draw) for p, a in zip(info.inputs, plain)]
+    a, b = run_entry(fast, e, args), run_entry(slow, e, args)
+    assert len(a) == len(b), f"{e.name}: {len(a)} steps compiled, {len(b)} Python"
+    for k, (x, y) in enumerate(zip(a, b)):
+        if x[0] == "live":
+            assert x == y, f"{e.name} step {k}: live values compiled {x[1]}, Python {y[1]}"
+        else:
+            same_outcome(x, y, f"{e.name} step {k}")
+            counts[x[0]] += 1
+
+
+@pytest.mark.skipif(futhark_compiler() is None and not gen.PREBUILT, reason="the Futhark compiler is not installed")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_generated_interfaces_both_paths(backend: str, tmp_path: Path) -> None:
+    if gen.PREBUILT:
+        _, seed_, entries = gen.prebuilt_entries()
+        entries = entries[:gen.prebuilt_entries()[0].entries]  # program 0 only
+    else:
+        seed_ = gen.SEED
+        entries = gen.collect_entries(ENTRIES, seed_)
+    so = gen.build_generated(entries, 0, backend, tmp_path)
+    fast, slow = load_both(so, backend)
+    counts = {"ok": 0, "raised": 0}
+    try:
+        for j, e in enumerate(entries):
+
+            @seed(seed_ + j)
+            @settings(max_examples=ROUNDS, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+            @given(st.data())
+            def check(data: st.DataObject) -> None:
+                check_both(fast, slow, e, data.draw, backend, counts)
+
+            try:
+                check()
+            except Exception as exc:
+                raise AssertionError(f"PYBRIDGE_GEN_SEED={seed_}: entry point {e.name!r} ({backend}):\n{e.fut()}\n{exc}") from exc
+    finally:
+        fast.close()
+        slow.close()
+    assert counts["ok"] > 0 and counts["raised"] > 0, counts  # both kinds of outcome were compared
+
+
+# ---------------------------------------------------------------- the lifecycle machine
+
+
+def _trace(lib: pf.Library, steps: int, examples: int) -> list[Any]:
+    """The lifecycle machine's model after every step, derandomised (the same draws on both paths
+    as long as they behave the same)."""
+    machine = handle_lifecycle_machine(lib, max_size=5)
+    trace: list[Any] = []
+
+    class Traced(machine):  # type: ignore[misc,valid-type]
+        def check_invariants(self, *a: Any, **k: Any) -> None:
+            super().check_invariants(*a, **k)
+            trace.append((lib.live_values() - self.base,
+                          [(t.origin, t.type_name, t.state == "live", getattr(t.model, "shape", None)) for t in self.tracked]))
+
+    run_state_machine_as_test(Traced, settings=settings(
+        max_examples=examples, stateful_step_count=steps, deadline=None, database=None, derandomize=True,
+        suppress_health_check=list(HealthCheck)))
+    return trace
+
+
+def _lifecycle_programs(backend: str) -> list[str]:
+    found = find_build_file(Path("reference") / backend / "libprobe.so")
+    programs = [str(found)] if found is not None else []
+    if futhark_compiler() is not None:  # aliasing.fut: results that alias, records of handles
+        programs.append(str(ROOT / "tests" / "programs" / "aliasing.fut"))
+    if not programs:
+        pytest.skip(f"reference/{backend}/libprobe.so not built: run `make`")
+    return programs
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lifecycle_machine_both_paths(backend: str) -> None:
+    for prog in _lifecycle_programs(backend):
+        fast = pf.load(prog, backend=backend)
+        with callpath.python_plans():
+            slow = pf.load(prog, backend=backend)
+        try:
+            a, b = _trace(fast, 15, 10), _trace(slow, 15, 10)
+        finally:
+            fast.close()
+            slow.close()
+        assert len(a) > 10, f"{prog}: the machine ran {len(a)} steps"
+        assert a == b, next(f"{prog}: step {k}: compiled {x} != Python {y}" for k, (x, y) in enumerate(zip(a, b)) if x != y) \
+            if any(x != y for x, y in zip(a, b)) else f"{prog}: {len(a)} steps compiled, {len(b)} Python"
+
+
+def test_handles_are_of_one_kind_and_report_the_path() -> None:
+    """The handle storage is the compiled one in this process, and pybridge info says so."""
+    from pybridge.futhark.handles import ArrayHandle, OpaqueHandle
+
+    assert issubclass(ArrayHandle, callpath.compiled.ArrayBase) and issubclass(OpaqueHandle, callpath.compiled.OpaqueBase)
+    assert issubclass(ArrayHandle, Value) and callpath.DESCRIPTION.startswith("compiled")
