@@ -227,3 +227,43 @@ def test_handles_are_of_one_kind_and_report_the_path() -> None:
 
     assert issubclass(ArrayHandle, callpath.compiled.ArrayBase) and issubclass(OpaqueHandle, callpath.compiled.OpaqueBase)
     assert issubclass(ArrayHandle, Value) and callpath.DESCRIPTION.startswith("compiled")
+
+
+_FORCED = r"""
+import numpy as np, pybridge.futhark as pf
+from pybridge.futhark import callpath, handles, InvalidHandleError
+assert callpath.compiled is None and callpath.DESCRIPTION == "Python (PYBRIDGE_CALL_PATH=python)", callpath.DESCRIPTION
+assert issubclass(handles.ArrayHandle, handles._PythonArray)
+lib = pf.load({so!r})
+assert not hasattr(type(lib.entry_points["trivial"]).__call__, "__self__")
+assert lib.trivial(41) == 42
+x = lib.types["[]f32"].new(np.arange(4, dtype=np.float32))
+y = lib.bump(lib.saxpy(2.0, x, x))
+assert np.from_dlpack(y).tolist() == [1.0, 3.0, 6.0, 9.0]
+try:
+    lib.sum(lib.bump(y) and y)
+except InvalidHandleError as e:
+    assert "sum: parameter 'xs'" in str(e) and "consumed by entry point 'bump'" in str(e), e
+else:
+    raise AssertionError("a consumed handle was accepted")
+x.free()
+assert lib.live_values() == 0, lib.live_values()
+lib.close()
+print("python path ok")
+"""
+
+
+def test_forced_python_path_works() -> None:
+    """PYBRIDGE_CALL_PATH=python: the pure-Python handles and plans, as where the extension is not built."""
+    import os
+    import subprocess
+    import sys
+
+    so = find_build_file(Path("reference") / "c" / "libprobe.so")
+    if so is None:
+        pytest.skip("reference/c/libprobe.so not built: run `make`")
+    env = {**os.environ, callpath.ENV: "python"}
+    out = subprocess.run([sys.executable, "-c", _FORCED.format(so=str(so))], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "python path ok" in out.stdout, out.stdout + out.stderr
+    info = subprocess.run([sys.executable, "-m", "pybridge", "info"], env=env, capture_output=True, text=True, timeout=300)
+    assert "call path" in info.stdout and "Python (PYBRIDGE_CALL_PATH=python)" in info.stdout, info.stdout + info.stderr

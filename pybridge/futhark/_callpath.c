@@ -2,6 +2,7 @@
  *
  * It mirrors, and must behave exactly as, the pure-Python fallback (tests/test_call_path_differential.py
  * runs both on generated programs and the lifecycle machine):
+ *   Lock        - the context's reentrant lock (threading.RLock's rules)
  *   State       - the storage of context._State: open flag, lock, value registry, raw context pointer
  *   Value,
  *   ArrayBase,
@@ -58,6 +59,142 @@ static long exports_alive; /* DLPack capsules made here whose consumer has not r
 
 static PyTypeObject *StateType, *ValueType, *ArrayBaseType, *OpaqueBaseType, *PlanType;
 
+/* ------------------------------------------------------------------ Lock */
+
+/* A reentrant lock, as threading.RLock (same rules: owner thread and count, interruptible wait,
+ * RuntimeError when a thread releases what it does not hold), whose acquire and release the call
+ * path takes in a few instructions instead of a method call each. */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    unsigned long owner, count;
+} LockObject;
+
+/* 1 taken, 0 not within the timeout, -1 exception (a signal handler raised while waiting). */
+static int lock_take(LockObject *L, PY_TIMEOUT_T timeout_us) {
+    unsigned long me = PyThread_get_thread_ident();
+    if (L->count > 0 && L->owner == me) {
+        L->count++;
+        return 1;
+    }
+    if (!PyThread_acquire_lock(L->lock, 0)) {
+        if (timeout_us == 0) return 0;
+        PyLockStatus r;
+        for (;;) {
+            Py_BEGIN_ALLOW_THREADS
+            r = PyThread_acquire_lock_timed(L->lock, timeout_us, 1);
+            Py_END_ALLOW_THREADS
+            if (r != PY_LOCK_INTR) break;
+            if (Py_MakePendingCalls() < 0) return -1; /* Ctrl-C while waiting: raised, not held */
+            /* a timed wait starts again in full: the waits here are the interpreter-exit bound */
+        }
+        if (r != PY_LOCK_ACQUIRED) return 0;
+    }
+    L->owner = me;
+    L->count = 1;
+    return 1;
+}
+
+static int lock_give(LockObject *L) {
+    if (L->count == 0 || L->owner != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
+        return -1;
+    }
+    if (--L->count == 0) {
+        L->owner = 0;
+        PyThread_release_lock(L->lock);
+    }
+    return 0;
+}
+
+static PyObject *lock_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    if (!PyArg_ParseTuple(args, ":Lock")) return NULL;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    LockObject *L = (LockObject *)alloc(type, 0);
+    if (L == NULL) return NULL;
+    L->lock = PyThread_allocate_lock();
+    if (L->lock == NULL) {
+        Py_DECREF(L);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)L;
+}
+
+static void lock_dealloc(LockObject *L) {
+    PyTypeObject *tp = Py_TYPE(L);
+    if (L->lock != NULL) {
+        if (L->count > 0) PyThread_release_lock(L->lock);
+        PyThread_free_lock(L->lock);
+    }
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(L);
+    Py_DECREF(tp);
+}
+
+static PyObject *lock_acquire(LockObject *L, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"blocking", "timeout", NULL};
+    int blocking = 1;
+    double timeout = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|pd:acquire", kwlist, &blocking, &timeout)) return NULL;
+    if (!blocking && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
+    }
+    if (timeout < 0 && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    }
+    PY_TIMEOUT_T us = !blocking ? 0 : timeout < 0 ? -1 : (PY_TIMEOUT_T)(timeout * 1e6);
+    if (blocking && timeout > 0 && us == 0) us = 1;
+    int r = lock_take(L, us);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
+}
+
+static PyObject *lock_enter(LockObject *L, PyObject *unused) {
+    int r = lock_take(L, -1);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
+}
+
+static PyObject *lock_release(LockObject *L, PyObject *unused) {
+    if (lock_give(L) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lock_exit(LockObject *L, PyObject *args) { return lock_release(L, NULL); }
+
+static PyObject *lock_is_owned(LockObject *L, PyObject *unused) {
+    return PyBool_FromLong(L->count > 0 && L->owner == PyThread_get_thread_ident());
+}
+
+static PyObject *lock_repr(LockObject *L) {
+    return PyUnicode_FromFormat("<%s pybridge.futhark._callpath.Lock owner=%lu count=%lu>",
+                                L->count ? "locked" : "unlocked", L->owner, L->count);
+}
+
+static PyMethodDef lock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))lock_acquire, METH_VARARGS | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1) -> bool, as threading.RLock.acquire"},
+    {"release", (PyCFunction)lock_release, METH_NOARGS, "Release once; RuntimeError if this thread does not hold it."},
+    {"__enter__", (PyCFunction)lock_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)lock_exit, METH_VARARGS, NULL},
+    {"_is_owned", (PyCFunction)lock_is_owned, METH_NOARGS, NULL},
+    {NULL},
+};
+
+static PyType_Slot lock_slots[] = {
+    {Py_tp_dealloc, lock_dealloc},
+    {Py_tp_new, lock_new},
+    {Py_tp_methods, lock_methods},
+    {Py_tp_repr, lock_repr},
+    {Py_tp_doc, "A reentrant lock with threading.RLock's rules, taken from C without a method call."},
+    {0, NULL},
+};
+
+static PyType_Spec lock_spec = {"pybridge.futhark._callpath.Lock", sizeof(LockObject), 0, Py_TPFLAGS_DEFAULT, lock_slots};
+static PyTypeObject *LockType;
+
 /* ------------------------------------------------------------------ State */
 
 typedef struct {
@@ -69,6 +206,7 @@ typedef struct {
 } StateObject;
 
 static int state_lock(StateObject *s) {
+    if (s->lock != NULL && Py_TYPE(s->lock) == LockType) return lock_take((LockObject *)s->lock, -1) < 0 ? -1 : 0;
     if (s->acquire == NULL) {
         if (s->lock == NULL) {
             PyErr_SetString(PyExc_AttributeError, "lock");
@@ -92,6 +230,11 @@ static int state_lock(StateObject *s) {
 static void state_unlock(StateObject *s) {
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
+    if (Py_TYPE(s->lock) == LockType) {
+        if (lock_give((LockObject *)s->lock) < 0) PyErr_Clear(); /* held here: cannot fail */
+        PyErr_Restore(t, v, tb);
+        return;
+    }
     PyObject *r = PyObject_CallNoArgs(s->release);
     if (r == NULL) {
         if (t != NULL) PyErr_Clear(); /* the exception in flight wins, as `with` chains it */
@@ -1334,13 +1477,15 @@ PyMODINIT_FUNC PyInit__callpath(void) {
     StateType = (PyTypeObject *)PyType_FromSpec(&state_spec);
     ValueType = (PyTypeObject *)PyType_FromSpec(&value_spec);
     if (StateType == NULL || ValueType == NULL) goto fail;
+    LockType = (PyTypeObject *)PyType_FromSpec(&lock_spec);
+    if (LockType == NULL) goto fail;
     ArrayBaseType = (PyTypeObject *)PyType_FromSpecWithBases(&array_spec, (PyObject *)ValueType);
     OpaqueBaseType = (PyTypeObject *)PyType_FromSpecWithBases(&opaque_spec, (PyObject *)ValueType);
     PlanType = (PyTypeObject *)PyType_FromSpec(&plan_spec);
     if (ArrayBaseType == NULL || OpaqueBaseType == NULL || PlanType == NULL) goto fail;
-    PyTypeObject *types[] = {StateType, ValueType, ArrayBaseType, OpaqueBaseType, PlanType};
-    const char *tnames[] = {"State", "Value", "ArrayBase", "OpaqueBase", "Plan"};
-    for (size_t i = 0; i < 5; i++) {
+    PyTypeObject *types[] = {StateType, ValueType, ArrayBaseType, OpaqueBaseType, PlanType, LockType};
+    const char *tnames[] = {"State", "Value", "ArrayBase", "OpaqueBase", "Plan", "Lock"};
+    for (size_t i = 0; i < 6; i++) {
         Py_INCREF(types[i]);
         if (PyModule_AddObject(m, tnames[i], (PyObject *)types[i]) < 0) {
             Py_DECREF(types[i]);

@@ -70,7 +70,8 @@ class _State(compiled.State if compiled is not None else _PythonState):  # type:
         self.ffi, self.lib, self.cfg, self.ctx = ffi, lib, cfg, ctx
         self.open = True
         self.ctx_freed = self.cfg_freed = False  # close() done up to there (it may be interrupted)
-        self.lock = threading.RLock()
+        # threading.RLock, or the compiled path's lock of the same rules (taken there without a call)
+        self.lock = compiled.Lock() if compiled is not None else threading.RLock()
         # id(handle) -> (free function, pointer) for every live value, so close() can free them. The
         # compiled call path registers its results with the pointer as an address (an int).
         self.values = {}
