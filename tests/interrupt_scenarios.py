@@ -190,6 +190,9 @@ class CheckPoint:
     API-mode functions and C methods included): the 'call' and 'c_return' events. Raising there is
     what a Ctrl-C arriving just before does. Python turns the profile function off once it raises."""
 
+    # The Python finaliser's code (the pure-Python path's); the compiled path's runs no Python frame.
+    DEL_CODE = getattr(pf.handles.Value.__del__, "__code__", None)
+
     def __init__(self, k: int):
         self.k, self.seen, self.skipped = k, 0, False
 
@@ -197,7 +200,7 @@ class CheckPoint:
         if event not in ("call", "c_return"):
             return
         if self.seen == self.k:
-            if event == "call" and frame.f_code is pf.handles.Value.__del__.__code__:
+            if event == "call" and frame.f_code is self.DEL_CODE:
                 # A finaliser's own start: Python drops an exception raised there, the method's
                 # body never runs (RELIABILITY.md, "Ctrl-C": not covered). Skipped, counted.
                 self.skipped = True

@@ -147,8 +147,8 @@ def check_both(fast: pf.Library, slow: pf.Library, e: g.Entry, draw: Any, backen
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_generated_interfaces_both_paths(backend: str, tmp_path: Path) -> None:
     if gen.PREBUILT:
-        _, seed_, entries = gen.prebuilt_entries()
-        entries = entries[:gen.prebuilt_entries()[0].entries]  # program 0 only
+        profile, seed_, entries = gen.prebuilt_entries()
+        entries = entries[:profile.entries]  # program 0 only
     else:
         seed_ = gen.SEED
         entries = gen.collect_entries(ENTRIES, seed_)
