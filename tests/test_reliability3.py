@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import pybridge.futhark as pf
 from pybridge.futhark.build import futhark_compiler
+from pybridge.futhark import callpath
 
 ROOT = Path(__file__).resolve().parents[1]
 ALIASING = ROOT / "tests" / "programs" / "aliasing.fut"
@@ -356,7 +357,10 @@ def test_ctrl_c_at_every_check_point(backend: str, mode: str) -> None:
     message reported by the next failure."""
     r = interrupt_scenario("checkpoints", backend, mode=mode)
     assert r["problems"] == [], r["problems"][:20]
-    assert sum(r["points"].values()) > (1000 if mode == "api" else 900), r["points"]
+    # The compiled call path (issue 34) has fewer check points: its plans, free and finaliser run
+    # no Python code (864 in API mode, 869 in ABI mode when it came in, against 1000+ and 900+).
+    floor = 800 if callpath.compiled is not None else 1000 if mode == "api" else 900
+    assert sum(r["points"].values()) > floor, r["points"]
 
 
 @pytest.mark.parametrize("mode", ["api", "abi"])
