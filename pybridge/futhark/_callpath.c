@@ -9,6 +9,7 @@
  *   OpaqueBase  - the storage and lifetime of handles: handles._PythonValue (ptr, free, _release,
  *                 _mark_consumed, __del__), _PythonArray (atype, _shape), _PythonOpaque (otype)
  *   Plan        - one entry point's call plan: callplan.compile_plan's function
+ *   Sync        - Context.sync
  *   dlpack_capsule - interop._export_keyed's capsule (a DLManagedTensor owning a reference to its owner)
  *
  * Built against the stable ABI (Py_LIMITED_API 3.10): one binary serves CPython 3.10 and later.
@@ -1303,6 +1304,103 @@ static PyType_Slot plan_slots[] = {
 static PyType_Spec plan_spec = {"pybridge.futhark._callpath.Plan", sizeof(PlanObject), 0,
                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, plan_slots};
 
+/* ------------------------------------------------------------------ Sync */
+
+/* Context.sync in C (context.py's method, mirrored): the lock, the open check, the sync with the
+ * GIL released, the host buffers kept until it dropped, Futhark's error raised by ctx.error(). It
+ * holds the context through a weak reference: the context holds it. */
+typedef struct {
+    PyObject_HEAD
+    StateObject *state;
+    PyObject *ctx_ref, *pending;
+    int (*sync)(void *);
+} SyncObject;
+
+static PyObject *sync_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *state, *ref, *pending, *addr;
+    if (!PyArg_ParseTuple(args, "OOO!O:Sync", &state, &ref, &PyList_Type, &pending, &addr)) return NULL;
+    if (!IS_STATE(state)) {
+        PyErr_SetString(PyExc_TypeError, "Sync: state must be a _callpath.State");
+        return NULL;
+    }
+    void *fn = PyLong_AsVoidPtr(addr);
+    if (fn == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Sync: null function");
+        return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    SyncObject *y = (SyncObject *)alloc(type, 0);
+    if (y == NULL) return NULL;
+    Py_INCREF(state);
+    y->state = (StateObject *)state;
+    Py_INCREF(ref);
+    y->ctx_ref = ref;
+    Py_INCREF(pending);
+    y->pending = pending;
+    y->sync = (int (*)(void *))fn;
+    return (PyObject *)y;
+}
+
+static void sync_dealloc(SyncObject *y) {
+    PyTypeObject *tp = Py_TYPE(y);
+    Py_CLEAR(y->state);
+    Py_CLEAR(y->ctx_ref);
+    Py_CLEAR(y->pending);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(y);
+    Py_DECREF(tp);
+}
+
+static PyObject *sync_call(SyncObject *y, PyObject *args, PyObject *kw) {
+    if (PyTuple_Size(args) != 0 || (kw != NULL && PyDict_Size(kw) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "sync() takes no arguments");
+        return NULL;
+    }
+    StateObject *s = y->state;
+    if (state_lock(s) < 0) return NULL;
+    PyObject *ret = NULL;
+    if (!s->open) {
+        PyErr_SetObject(InvalidHandleError, s_closed_msg);
+        goto out;
+    }
+    int rc;
+    {
+        void *ctx = (void *)(uintptr_t)s->raw_ctx;
+        int (*fn)(void *) = y->sync;
+        Py_BEGIN_ALLOW_THREADS
+        rc = fn(ctx);
+        Py_END_ALLOW_THREADS
+    }
+    if (PyList_Size(y->pending) > 0 && PyList_SetSlice(y->pending, 0, PY_SSIZE_T_MAX, NULL) < 0) goto out;
+    if (rc != 0) {
+        PyObject *ctx = PyObject_CallNoArgs(y->ctx_ref);
+        if (ctx == NULL) goto out;
+        PyObject *e = ctx == Py_None ? NULL : PyObject_CallMethod(ctx, "error", "is", rc, "futhark_context_sync");
+        if (ctx == Py_None) PyErr_SetObject(InvalidHandleError, s_closed_msg);
+        Py_DECREF(ctx);
+        if (e != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+            Py_DECREF(e);
+        }
+        goto out;
+    }
+    Py_INCREF(Py_None);
+    ret = Py_None;
+out:
+    state_unlock(s);
+    return ret;
+}
+
+static PyType_Slot sync_slots[] = {
+    {Py_tp_dealloc, sync_dealloc},
+    {Py_tp_call, sync_call},
+    {Py_tp_new, sync_new},
+    {Py_tp_doc, "Context.sync in C: wait for all outstanding work; errors of asynchronous work surface here."},
+    {0, NULL},
+};
+
+static PyType_Spec sync_spec = {"pybridge.futhark._callpath.Sync", sizeof(SyncObject), 0, Py_TPFLAGS_DEFAULT, sync_slots};
+
 /* ------------------------------------------------------------------ DLPack */
 
 typedef struct {
@@ -1483,9 +1581,11 @@ PyMODINIT_FUNC PyInit__callpath(void) {
     OpaqueBaseType = (PyTypeObject *)PyType_FromSpecWithBases(&opaque_spec, (PyObject *)ValueType);
     PlanType = (PyTypeObject *)PyType_FromSpec(&plan_spec);
     if (ArrayBaseType == NULL || OpaqueBaseType == NULL || PlanType == NULL) goto fail;
-    PyTypeObject *types[] = {StateType, ValueType, ArrayBaseType, OpaqueBaseType, PlanType, LockType};
-    const char *tnames[] = {"State", "Value", "ArrayBase", "OpaqueBase", "Plan", "Lock"};
-    for (size_t i = 0; i < 6; i++) {
+    PyTypeObject *SyncType = (PyTypeObject *)PyType_FromSpec(&sync_spec);
+    if (SyncType == NULL) goto fail;
+    PyTypeObject *types[] = {StateType, ValueType, ArrayBaseType, OpaqueBaseType, PlanType, LockType, SyncType};
+    const char *tnames[] = {"State", "Value", "ArrayBase", "OpaqueBase", "Plan", "Lock", "Sync"};
+    for (size_t i = 0; i < 7; i++) {
         Py_INCREF(types[i]);
         if (PyModule_AddObject(m, tnames[i], (PyObject *)types[i]) < 0) {
             Py_DECREF(types[i]);

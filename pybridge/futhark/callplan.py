@@ -37,7 +37,7 @@ import numpy as np
 
 from .aliases import join, shared_with_live
 from .callpath import compiled, plans_compiled
-from .context import error_for_message
+from .context import error_for_message, function_address
 from .errors import InvalidHandleError
 from .handles import ArrayHandle, OpaqueHandle, _PythonValue
 from .kinds import ArrayKind
@@ -79,10 +79,9 @@ def compiled_plan(ep: Any) -> Any:
         return None
     ffi = lib.ffi
     try:
-        shim = ffi.addressof(lib.lib, packed_shim_name(info.cfun))
+        shim = function_address(ffi, lib.lib, packed_shim_name(info.cfun))
     except (AttributeError, ffi.error):  # a module built before packed shims existed
         return None
-    address = lambda p: int(ffi.cast("uintptr_t", p))  # noqa: E731
     inputs = []
     for i, p in enumerate(info.inputs):
         prim = PRIMITIVES.get(p.type)
@@ -105,11 +104,11 @@ def compiled_plan(ep: Any) -> Any:
             continue
         kind = lib.types[o.type]
         array = isinstance(kind, ArrayKind)
-        free = address(ffi.addressof(lib.lib, kind.info.ops["free"]))
+        free = function_address(ffi, lib.lib, kind.info.ops["free"])
         outputs.append((CODES["array" if array else "opaque"], kind, ArrayHandle if array else OpaqueHandle,
                         kind.free_fn, free, None, None, not o.unique))
     sync = any(o.type in PRIMITIVES for o in info.outputs)  # scalar results: the C API asks for a sync
-    return compiled.Plan(ep, lib.context._state, address(shim), sync, info.cfun, tuple(inputs), tuple(outputs))
+    return compiled.Plan(ep, lib.context._state, shim, sync, info.cfun, tuple(inputs), tuple(outputs))
 
 
 def compile_plan(ep: Any) -> Callable[..., Any]:

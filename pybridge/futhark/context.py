@@ -134,6 +134,13 @@ def _close_at_exit() -> None:
         state.close(timeout=EXIT_WAIT_S)
 
 
+def function_address(ffi: Any, lib: Any, name: str) -> int:
+    """The address of C function ``name`` of ``lib`` (API mode: a function of the module; ABI
+    mode: already a function pointer), for the compiled call path to call."""
+    fn = getattr(lib, name)
+    return int(ffi.cast("uintptr_t", fn if isinstance(fn, ffi.CData) else ffi.addressof(lib, name)))
+
+
 def error_for_message(code: int, message: str, function: str) -> FutharkError:
     """The exception for a failed call given Futhark's message ("" when it left none)."""
     return error_for(code, (message or f"{function} failed with code {code} (no message from Futhark)").rstrip("\n"), function)
@@ -177,6 +184,9 @@ class Context:
         # atexit=False: _close_at_exit closes at exit, with a bound on the wait.
         self._finalizer = weakref.finalize(self, _State.close, self._state)
         self._finalizer.atexit = False
+        if compiled is not None:  # Context.sync in C, as the instance's own attribute (same behaviour)
+            self.sync = compiled.Sync(self._state, weakref.ref(self), self._pending_host,
+                                      function_address(ffi, lib, "futhark_context_sync"))
 
     # -- configuration
     def _apply(self, cfg: Any, c: Config, tuning_names: set[str]) -> None:
