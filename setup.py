@@ -3,12 +3,13 @@
 `make` builds the native artefacts into build/ (build/futhark, build/cuda, build/reference);
 setuptools' own outputs go to build/setuptools, apart from them. build_py clears the package's
 pybridge/_build and copies into it what users need: build/futhark, build/cuda, the probe program of
-build/reference (`pybridge demo` and `pybridge bench` run it; with its C), the compiler `make` used
-(futhark-compiler.txt) and scripts/install-futhark.sh (as pybridge/_scripts, for
-`pybridge install-futhark`).
+build/reference (`pybridge demo` and `pybridge bench` run it; with its C) and
+scripts/install-futhark.sh (as pybridge/_scripts, for `pybridge install-futhark`). Never the record
+of the compiler `make` used (build/futhark-compiler.txt): a path of the machine that built the
+wheel, which would choose the program an installed pybridge runs (issue 31).
 
 No libraries built (an sdist, or `pip install .` before `make`): `make` runs first, obtaining the
-Futhark compiler into the per-user data folder unless one is found. If still nothing was built the
+Futhark compiler into the per-user data folder (install-futhark.sh's default) unless one is found. If still nothing was built the
 install fails saying why; PYBRIDGE_ALLOW_NO_LIBRARIES=1 installs without them (pybridge info then
 says so), PYBRIDGE_NO_MAKE=1 never runs make.
 
@@ -24,6 +25,7 @@ cffi/ctypes, not CPython extensions, so any Python 3 of that platform).
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import subprocess
@@ -46,7 +48,6 @@ ARTEFACTS = ("*.so", "*.json", "*.h", "*.fut", "*.cubin", "*.ptx", "*.fatbin")
 SHIPPED_TEST_PROGRAMS = ("probe",)  # of build/reference: pybridge demo and pybridge bench run it
 # its generated C too: `pybridge bench overhead` builds futhark-ffi's module from it for the comparison
 SHIPPED_TEST_ARTEFACTS = ARTEFACTS + ("*.c",)
-RECORDED_COMPILER = "futhark-compiler.txt"  # pybridge.toolchain.RECORDED_COMPILER
 LIMITED_API = "cp310"  # the oldest CPython the abi3 extension serves (pyproject.toml's requires-python)
 CALL_PATH = Extension(
     "pybridge.futhark._callpath",
@@ -60,37 +61,51 @@ def _libraries(build: Path) -> list[Path]:
     return sorted(build.glob("futhark/*/lib*.so")) + sorted(build.glob("cuda/*.cubin")) + sorted(build.glob("cuda/lib*.so"))
 
 
-def _user_tools_dir() -> str:
-    import platformdirs  # pybridge.toolchain.user_tools_dir, without importing the package being built
-
-    return str(platformdirs.user_data_path("pybridge", appauthor=False) / "tools")
-
-
 _MAKE_STATE: dict[str, str] = {}
+MAKE_TAIL_LINES = 60  # of make's output, kept for the messages of build_py
+MAKE_FAILURE_LINES = 12  # repeated under "make failed": its error, whichever job of -j it came from
+
+
+def _tell_terminal(line: str) -> None:
+    """Say ``line`` to the person at the terminal: pip shows a build's output only with -v, and a
+    silent `make` of minutes looks like a hang. Nothing without a terminal (CI logs, no tty)."""
+    try:
+        with open("/dev/tty", "w") as tty:
+            tty.write("\n" + line + "\n")  # on a line of its own, after pip's spinner
+    except OSError:
+        pass
 
 
 def ensure_make_outputs() -> bool:
     """Run `make` once when no library is built (and PYBRIDGE_NO_MAKE is not set); True if the
-    build tree has libraries afterwards."""
+    build tree has libraries afterwards. make's output streams to stderr as it comes (what
+    `pip install -v` shows); its last lines go into the failure message."""
     if _libraries(MAKE_BUILD) or "ran" in _MAKE_STATE:
         return bool(_libraries(MAKE_BUILD))
     _MAKE_STATE["ran"] = ""
     if os.environ.get("PYBRIDGE_NO_MAKE") == "1" or not (HERE / "Makefile").is_file():
         return False
     env = {**os.environ, "PYTHON": sys.executable}
-    env.setdefault("PYBRIDGE_TOOLS", _user_tools_dir())
     cmd = ["make", f"-j{min(os.cpu_count() or 1, 4)}"]
-    print(f"pybridge: no libraries in {MAKE_BUILD}: running {' '.join(cmd)} (compiler folder: {env['PYBRIDGE_TOOLS']})",
-          file=sys.stderr)
+    _tell_terminal("pybridge: no libraries built yet: running `make` first (about 2 minutes, more the first time, when "
+                   "it fetches the Futhark compiler); `pip install -v .` shows each step")
+    print(f"pybridge: no libraries in {MAKE_BUILD}: running {' '.join(cmd)}", file=sys.stderr, flush=True)
+    tail: collections.deque[str] = collections.deque(maxlen=MAKE_TAIL_LINES)
     try:
-        proc = subprocess.run(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with subprocess.Popen(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace", bufsize=1) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                tail.append(line.rstrip("\n"))
     except FileNotFoundError:
         _MAKE_STATE["ran"] = "`make` is not installed"
         return False
-    print(proc.stdout, file=sys.stderr)
-    _MAKE_STATE["ran"] = proc.stdout.strip()[-3000:]
+    _MAKE_STATE["ran"] = "\n".join(tail).strip()
     if proc.returncode != 0:
-        raise SystemExit(f"pybridge: `make` failed (exit {proc.returncode}):\n{_MAKE_STATE['ran']}")
+        last = "\n".join(list(tail)[-MAKE_FAILURE_LINES:])  # the rest was streamed above (pip shows it on failure)
+        raise SystemExit(f"pybridge: `make` failed (exit {proc.returncode}); the end of its output:\n{last}")
     return bool(_libraries(MAKE_BUILD))
 
 
@@ -129,8 +144,6 @@ class build_py_with_artefacts(build_py):
             for f in MAKE_BUILD.glob(f"reference/*/*{prog}.*"):
                 if f.stem in (prog, f"lib{prog}") and any(f.match(p) for p in SHIPPED_TEST_ARTEFACTS):
                     self._ship(f, dst / f.relative_to(MAKE_BUILD))
-        if (MAKE_BUILD / RECORDED_COMPILER).is_file():
-            self._ship(MAKE_BUILD / RECORDED_COMPILER, dst / RECORDED_COMPILER)
 
     @staticmethod
     def _ship(src: Path, target: Path) -> None:

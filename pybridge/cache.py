@@ -7,6 +7,14 @@ What is cached, one *entry* each:
 - ``cuda/<key>/``: a user's CUDA C compiled to cubin + PTX (:mod:`pybridge.cuda.compiler`);
 - ``ffi/<module>``: a generated cffi module binding a Futhark library (:mod:`pybridge.futhark.binding`).
 
+**Only pybridge's own** (:mod:`pybridge.ownership`). The cache folder carries pybridge's
+``CACHEDIR.TAG`` (a foreign folder is refused); an entry is listed, and may be removed, only when
+it carries pybridge's mark (a program's stamp holding the digest its name ends in, a CUDA entry's
+record, the name of a generated module), and no symbolic link is followed: a user's folder or
+file in the cache is left alone. Removal renames an entry to a trash folder first, so an
+interrupted ``pybridge cache clear`` leaves every entry whole or absent (the trash goes at the next
+clear or build).
+
 **Size bound.** ``$PYBRIDGE_CACHE_MAX_BYTES`` (default 2 GiB; ``0`` for no bound; suffixes K, M, G
 allowed). After each build the least recently used entries are removed until the cache fits.
 
@@ -22,10 +30,11 @@ looking and importing generates it again (:mod:`pybridge.futhark.binding`).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
-import shutil
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -34,6 +43,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from .errors import PybridgeError
+from .ownership import MARK, discard, is_real_dir, is_regular, lock, real_folder, sweep
 from .paths import cache_dir
 
 __all__ = [
@@ -43,6 +53,8 @@ __all__ = [
     "entries",
     "enforce_bound",
     "entry_lock",
+    "folders",
+    "output_lock",
     "max_bytes",
     "parse_size",
     "register_use",
@@ -52,6 +64,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 2 * 1024**3
 _USERS = ".users"
+_USER_LOCK = re.compile(r"\d+\.lock")  # <pid>.lock in .<entry>.users/
 _held: dict[Path, FileLock] = {}  # entries this process uses: locks held until it exits
 _held_guard = threading.Lock()
 
@@ -93,7 +106,14 @@ def max_bytes() -> int:
 
 def entry_lock(entry: Path, timeout: float = -1) -> FileLock:
     """The lock of a program entry (held while it is built, and to remove it)."""
-    return FileLock(entry.parent / f".{entry.name}.lock", timeout=timeout)
+    return lock(entry.parent / f".{entry.name}.lock", timeout=timeout)
+
+
+def output_lock(out_dir: Path) -> FileLock:
+    """The lock of an output folder a build copies into (``pybridge build -o DIR``): in the cache,
+    keyed by the folder's resolved path, so nothing of pybridge's lands beside the user's folder."""
+    key = hashlib.sha256(os.fsencode(Path(out_dir).resolve())).hexdigest()[:16]
+    return lock(cache_dir("programs") / f".output-{key}.lock")
 
 
 def register_use(entry: Path) -> None:
@@ -101,17 +121,18 @@ def register_use(entry: Path) -> None:
     with _held_guard:
         if entry in _held:
             return
-        users = entry.parent / f".{entry.name}{_USERS}"
-        users.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(users / f"{os.getpid()}.lock", thread_local=False)
-        lock.acquire()
-        _held[entry] = lock
+        users = real_folder(entry.parent, f".{entry.name}{_USERS}")
+        mine = lock(users / f"{os.getpid()}.lock", thread_local=False)
+        mine.acquire()
+        _held[entry] = mine
 
 
 def _in_use(entry: Path) -> bool:
     users = entry.parent / f".{entry.name}{_USERS}"
+    if not is_real_dir(users):
+        return False
     try:
-        files = list(users.iterdir())
+        files = [users / name for name in os.listdir(users) if _USER_LOCK.fullmatch(name)]
     except OSError:
         return False
     busy = False
@@ -119,6 +140,8 @@ def _in_use(entry: Path) -> bool:
         if entry in _held and _held[entry].lock_file == str(f):
             busy = True
             continue
+        if not is_regular(f):
+            continue  # not a lock pybridge made: neither used nor removed
         probe = FileLock(f, timeout=0)
         try:
             probe.acquire()
@@ -134,12 +157,19 @@ def _in_use(entry: Path) -> bool:
 
 # ---------------------------------------------------------------- listing
 
+PROGRAM_STAMP = ".source-hash"  # a program entry's digest (the end of its folder name): pybridge's mark of old
+CUDA_RECORD = "entry.json"  # a CUDA entry's record: its mark before MARK existed
+_PROGRAM_ENTRY = re.compile(r"[A-Za-z0-9_+-]{0,60}-([0-9a-f]{12})")
+_CUDA_ENTRY = re.compile(r"[0-9a-f]{40}")
+# generated cffi modules (binding.py, cuda/_cshim.py): _pybridge_<abi|api|shim>_<name>_<hash>.py / .so
+_FFI_MODULE = re.compile(r"_pybridge_(?:abi|api|shim)_\w*_[0-9a-f]{16}(?:\.py|\.so|\.[\w.-]+\.so)")
+
 
 def _size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
+    if not path.is_dir() or path.is_symlink():
+        return path.lstat().st_size
     total = 0
-    for root, _, files in os.walk(path):
+    for root, _, files in os.walk(path):  # links are not followed
         for name in files:
             try:
                 total += os.lstat(os.path.join(root, name)).st_size
@@ -151,70 +181,113 @@ def _size(path: Path) -> int:
 def _last_used(path: Path) -> float:
     """Newest mtime of the entry or its files (a build or use touches them)."""
     try:
-        newest = path.stat().st_mtime
+        newest = path.lstat().st_mtime
     except OSError:
         return 0.0
-    if path.is_dir():
+    if stat.S_ISDIR(path.lstat().st_mode):
         for p in path.iterdir():
             try:
-                newest = max(newest, p.stat().st_mtime)
+                newest = max(newest, p.lstat().st_mtime)
             except OSError:
                 pass
     return newest
 
 
+def _real_dirs(folder: Path) -> list[Path]:
+    """The folders in ``folder`` (sorted), links left out; none when ``folder`` is itself a link."""
+    if not is_real_dir(folder):
+        return []
+    try:
+        return sorted(Path(e.path) for e in os.scandir(folder) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def _program_mark(entry: Path) -> bool:
+    """pybridge's mark, or the stamp an older pybridge wrote: the digest its folder name ends in."""
+    m = _PROGRAM_ENTRY.fullmatch(entry.name)
+    if m is None:
+        return False
+    if is_regular(entry / MARK):
+        return True
+    try:
+        return is_regular(entry / PROGRAM_STAMP) and (entry / PROGRAM_STAMP).read_text() == m[1]
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _cuda_mark(entry: Path) -> bool:
+    return bool(_CUDA_ENTRY.fullmatch(entry.name)) and (is_regular(entry / MARK) or is_regular(entry / CUDA_RECORD))
+
+
 def entries(root: Path | None = None) -> list[CacheEntry]:
-    """Every entry of the cache, least recently used first."""
+    """Every entry of the cache, least recently used first: only what carries pybridge's mark (a
+    user's folder or file placed in the cache is no entry), never through a symbolic link."""
     root = root or cache_dir()
     found: list[CacheEntry] = []
-    programs = root / "programs"
-    for backend in sorted(programs.iterdir()) if programs.is_dir() else ():
-        for e in sorted(backend.iterdir()) if backend.is_dir() else ():
-            if e.is_dir() and not e.name.startswith("."):
+    for backend in _real_dirs(root / "programs"):
+        for e in _real_dirs(backend):
+            if _program_mark(e):
                 found.append(CacheEntry("program", f"programs/{backend.name}/{e.name}", e, _size(e), _last_used(e)))
-    cuda = root / "cuda"
-    for e in sorted(cuda.iterdir()) if cuda.is_dir() else ():
-        if e.is_dir() and not e.name.startswith("."):
+    for e in _real_dirs(root / "cuda"):
+        if _cuda_mark(e):
             found.append(CacheEntry("cuda", f"cuda/{e.name}", e, _size(e), _last_used(e)))
     ffi = root / "ffi"
-    for e in sorted(ffi.iterdir()) if ffi.is_dir() else ():
-        if e.is_file() and not e.name.startswith(".") and e.suffix in (".py", ".so"):
-            found.append(CacheEntry("ffi", f"ffi/{e.name}", e, _size(e), _last_used(e)))
+    if is_real_dir(ffi):
+        for name in sorted(os.listdir(ffi)):
+            e = ffi / name
+            if _FFI_MODULE.fullmatch(name) and is_regular(e):
+                found.append(CacheEntry("ffi", f"ffi/{name}", e, _size(e), _last_used(e)))
     found.sort(key=lambda c: c.last_used)
     return found
+
+
+def folders(root: Path | None = None) -> list[Path]:
+    """The folders of the cache where builds make temporary folders (and removals trash)."""
+    root = root or cache_dir()
+    return [*_real_dirs(root / "programs"), *(f for f in (root / "cuda", root / "ffi") if is_real_dir(f))]
 
 
 # ---------------------------------------------------------------- removal
 
 
 def _remove(entry: CacheEntry) -> bool:
-    """Remove one entry unless it is in use; whether it was removed."""
+    """Remove one entry unless it is in use; whether it was removed. A program or CUDA entry is
+    renamed to trash first (ownership.discard): whole or absent, also when interrupted."""
     if entry.kind == "program":
-        lock = entry_lock(entry.path, timeout=0)
+        build_lock = entry_lock(entry.path, timeout=0)
         try:
-            lock.acquire()
+            build_lock.acquire()
         except Timeout:
             return False  # being built
         try:
             if _in_use(entry.path):
                 return False
-            shutil.rmtree(entry.path, ignore_errors=True)
-            shutil.rmtree(entry.path.parent / f".{entry.path.name}{_USERS}", ignore_errors=True)
+            gone = discard(entry.path, (MARK, PROGRAM_STAMP))
+            try:  # empty once _in_use removed the files of exited users; one registering now keeps it
+                (entry.path.parent / f".{entry.path.name}{_USERS}").rmdir()
+            except OSError:
+                pass
         finally:
-            lock.release()
-        return not entry.path.exists()
+            build_lock.release()
+        return gone
     if entry.kind == "cuda":
-        lock = FileLock(entry.path.parent / f"{entry.path.name}.lock", timeout=0)
+        cuda_lock = lock(entry.path.parent / f"{entry.path.name}.lock", timeout=0)
         try:
-            lock.acquire()
+            cuda_lock.acquire()
         except Timeout:
             return False
         try:
-            shutil.rmtree(entry.path, ignore_errors=True)
+            return discard(entry.path, (MARK, CUDA_RECORD))
         finally:
-            lock.release()
-        return not entry.path.exists()
+            cuda_lock.release()
     entry.path.unlink(missing_ok=True)
+    stem = entry.path.name.split(".", 1)[0]
+    pycache = entry.path.parent / "__pycache__"
+    if is_real_dir(pycache):  # the bytecode Python wrote of an ABI-mode module
+        for f in pycache.glob(f"{stem}.*.pyc"):
+            if is_regular(f):
+                f.unlink(missing_ok=True)
     return True
 
 
@@ -224,6 +297,8 @@ def clear(older_than: float | None = None, root: Path | None = None) -> tuple[li
     now = time.time()
     removed: list[CacheEntry] = []
     kept: list[CacheEntry] = []
+    for folder in folders(root):
+        sweep(folder)  # temporary and trash folders no process uses
     for e in entries(root):
         if older_than is not None and now - e.last_used < older_than:
             continue

@@ -1,10 +1,11 @@
 """Command line: ``pybridge info``, ``pybridge demo``, ``pybridge build prog.fut`` / ``kernels.cu``,
 ``pybridge cache``, ``pybridge bench``.
 
-Bad input gets one line on stderr naming the argument and what was expected (exit 2; 1 when a
-command ran and failed), never a traceback; ``-v`` adds the traceback of an unexpected error and
-the DEBUG log, ``-q`` keeps only warnings and errors (the default shows pybridge's INFO log: what
-is compiled, with which compiler, how long).
+Bad input (an option, value, backend or file) gets one line on stderr naming the argument and what
+was expected, and exit 2 (cliargs.py); a command that ran and failed exits 1, never 0; never a
+traceback. Results go to stdout; pybridge's INFO log (what is compiled, with which compiler, how
+long; hints such as "load it with") and progress bars go to stderr. ``-v`` adds the DEBUG log and
+the traceback of an unexpected error; ``-q`` keeps only results and errors.
 """
 
 from __future__ import annotations
@@ -13,30 +14,23 @@ import argparse
 import difflib
 import importlib
 import logging
-import re
+import os
 import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Sequence
 
 from . import paths
-from .bench.common import positive_int
-from .errors import PybridgeError
+from .backends import BACKENDS
+from .cliargs import (Parser, UsageError, backend, duration, existing_dir, existing_file, output_dir, positive_int,
+                      verbosity_options)
+from .distribution import NAME as DISTRIBUTION, install_hint
 
 log = logging.getLogger(__name__)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (argparse prints the whole usage first)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
-
-
-class UsageError(PybridgeError, ValueError):
-    """Bad input found after parsing: one line, exit 2."""
+_Parser = Parser  # the former name
 
 
 def version() -> str:
@@ -46,7 +40,7 @@ def version() -> str:
     from . import __version__
 
     try:
-        return metadata.version("pybridge")
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return __version__
 
@@ -60,9 +54,9 @@ def _version_of(module: str) -> str | None:
 
 
 def _gpu_description() -> str:
-    from .futhark.library import _gpu_present
+    from .backends import gpu_present
 
-    ok, why = _gpu_present()
+    ok, why = gpu_present()
     if not ok:
         return f"none ({why})"
     import ctypes
@@ -79,13 +73,10 @@ def _gpu_description() -> str:
 
 def built_backends() -> dict[str, list[str]]:
     """'futhark/c' -> [program names] for every build directory found."""
-    found: dict[str, list[str]] = {}
+    from .futhark.library import built_programs
+
+    found = {f"{kind}/{b}": names for kind in ("futhark", "reference") for b, names in built_programs(kind).items()}
     for d in paths.build_dirs():
-        for kind in ("futhark", "reference"):
-            for b in sorted((d / kind).glob("*")) if (d / kind).is_dir() else ():
-                libs = sorted(p.stem.removeprefix("lib") for p in b.glob("lib*.so"))
-                if libs:
-                    found.setdefault(f"{kind}/{b.name}", libs)
         cu = d / "cuda"
         if cu.is_dir():
             mods = sorted(p.stem for p in cu.glob("*.cubin"))
@@ -95,28 +86,34 @@ def built_backends() -> dict[str, list[str]]:
 
 
 def _tool_version(exe: str, last: bool = False) -> str:
+    from .executables import child_env
+
     try:
-        lines = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout.strip().splitlines()
+        lines = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60,
+                               env=child_env()).stdout.strip().splitlines()
     except (OSError, subprocess.SubprocessError) as e:
         return f"does not run ({e})"
     return (lines[-1] if last else lines[0]) if lines else "printed no version"
 
 
 def cmd_info(_: argparse.Namespace) -> int:
-    from .futhark.build import futhark_compiler
+    from .executables import configured
+    from .futhark.callpath import DESCRIPTION as call_path
+    from .toolchain import find_futhark, not_found_reason
 
-    fut = futhark_compiler()
-    fut_v = _tool_version(fut) if fut else None
-    nvcc = shutil.which("nvcc")
+    fut = find_futhark()
+    nvcc = configured("NVCC", "nvcc")
     nvcc_v = _tool_version(nvcc, last=True) if nvcc else None
     rows = [
         ("pybridge", f"{version()} ({Path(__file__).parent})"),
         ("python", sys.version.split()[0]),
-        ("call path", __import__("pybridge.futhark.callpath", fromlist=["DESCRIPTION"]).DESCRIPTION),
-        ("futhark compiler", f"{fut_v} ({fut})" if fut else "not found: run `pybridge install-futhark`, or see https://futhark-lang.org/releases/ (or FUTHARK=...)"),
+        ("call path", call_path),
+        ("futhark compiler", f"{_tool_version(fut.path)} ({fut.path}; from {fut.origin})" if fut else
+         f"not found ({not_found_reason()}): run `pybridge install-futhark`, or see https://futhark-lang.org/releases/ "
+         "(or FUTHARK=...)"),
         ("nvcc", f"{nvcc_v} ({nvcc})" if nvcc else "not found (CUDA toolkit)"),
         ("GPU", _gpu_description()),
-        ("PyCUDA", _version_of("pycuda") or "not installed (pip install 'pybridge[cuda]')"),
+        ("PyCUDA", _version_of("pycuda") or f"not installed ({install_hint('cuda')})"),
         ("CuPy", _version_of("cupy") or "not installed"),
         ("PyTorch", _version_of("torch") or "not installed"),
         ("build dirs", ", ".join(map(str, paths.build_dirs())) or "none (run make)"),
@@ -127,7 +124,7 @@ def cmd_info(_: argparse.Namespace) -> int:
         rows.append((f"built {kind}", ", ".join(names)))
     if not built:
         rows.append(("built", "nothing: no compiled libraries here (this pybridge was installed without running `make` "
-                              "first, see README); pf.load('prog.fut') still builds your own programs"))
+                              "first, see docs/install.md); pf.load('prog.fut') still builds your own programs"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
@@ -135,15 +132,6 @@ def cmd_info(_: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- demo (pybridge.demo.run)
-
-
-def _best_backends() -> list[str]:
-    from .futhark.library import _gpu_present
-
-    order = ["multicore", "c"]
-    if _gpu_present()[0]:
-        order.insert(0, "cuda")
-    return order
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
@@ -155,83 +143,87 @@ def cmd_demo(ns: argparse.Namespace) -> int:
             close = difflib.get_close_matches(name, list(examples.EXAMPLES), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise UsageError(f"unknown example {name!r}; {hint}valid: {', '.join(examples.EXAMPLES)}")
-    return run_demo(ns.examples, ns.size, best_backends=_best_backends(), built=built_backends())
-
-
-def _output_dir(value: str | None) -> Path | None:
-    if value is None:
-        return None
-    out = Path(value)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"-o/--output: {value} exists and is not a directory (expected a directory to write into)")
-    return out
+    return run_demo(ns.examples, ns.size, built=built_backends())
 
 
 def cmd_build_cuda(ns: argparse.Namespace) -> int:
     from .cuda.compiler import CompileError, build_source, describe
     from .cuda.signature import SignatureError
 
-    out = _output_dir(ns.output)
+    if ns.backend is not None:
+        raise UsageError(f"--backend: applies to .fut sources only (expected --arch, --option, -I or -o for {ns.source})")
     try:
         built = build_source(Path(ns.source), options=ns.option, include_dirs=ns.include, arch=ns.arch)
         description = describe(built)  # reads the declarations: a bad marked comment raises here
-    except (CompileError, OSError, ValueError, TypeError, SignatureError) as e:
+    except CompileError as e:  # nvcc's own output once, after one line saying what failed
+        print(f"pybridge build: {e.summary}" + (f"; nvcc said:\n{e.output.strip()}" if e.output.strip() else ""), file=sys.stderr)
+        return 1
+    except (OSError, ValueError, TypeError, SignatureError) as e:
         print(f"pybridge build: {e}", file=sys.stderr)
         return 1
+    bad = [sig for sig in built.declarations.kernels.values() if isinstance(sig, Exception)]
     print(description)
-    if out is not None:
+    for problem in bad:  # a kernel whose declaration cannot be used: the build failed for it
+        print(f"pybridge build: {str(problem).splitlines()[0]}", file=sys.stderr)
+    if bad:
+        return 1
+    if ns.output is not None:
+        out = Path(ns.output)
         out.mkdir(parents=True, exist_ok=True)
         for image in (built.cubin, built.ptx):
             shutil.copyfile(image, out / f"{built.name}{image.suffix}")
         print(f"copied to {out}/{built.name}.cubin and .ptx")
-    print(f"load it with: pybridge.cuda.load_module({ns.source!r})", file=sys.stderr)
+    log.info("load it with: pybridge.cuda.load_module(%r)", ns.source)
     return 0
 
 
 def cmd_build(ns: argparse.Namespace) -> int:
     from .futhark.build import BuildError, build_program
 
-    if not ns.source.endswith((".fut", ".cu")):
-        raise UsageError(f"source: expected a Futhark program (.fut) or CUDA C (.cu), got {ns.source!r}")
-    if not Path(ns.source).is_file():
-        raise UsageError(f"source: {ns.source} is not a file")
     if ns.source.endswith(".cu"):
         return cmd_build_cuda(ns)
-    if ns.option or ns.include or ns.arch:
-        raise UsageError("--arch, --option and -I apply to .cu sources")
-    out = _output_dir(ns.output)
+    given = [flag for flag, value in (("--arch", ns.arch), ("--option", ns.option), ("-I", ns.include)) if value]
+    if given:
+        raise UsageError(f"{', '.join(given)}: {'applies' if len(given) == 1 else 'apply'} to .cu sources only "
+                         f"(expected --backend or -o for {ns.source})")
     try:
-        so = build_program(ns.source, backend=ns.backend, out_dir=out)
+        so = build_program(ns.source, backend=ns.backend, out_dir=ns.output)
     except (BuildError, OSError, ValueError) as e:
         print(f"pybridge build: {e}", file=sys.stderr)
         return 1
     print(so)
-    print(f"load it with: pybridge.futhark.load({str(so)!r})", file=sys.stderr)
+    log.info("load it with: pybridge.futhark.load(%r)", str(so))
     return 0
 
 
-def cmd_install_futhark(_: argparse.Namespace) -> int:
-    from .toolchain import ToolchainError, install_futhark
+def cmd_install_futhark(ns: argparse.Namespace) -> int:
+    """The compiler builds use (the same lookup as builds and `pybridge info`); installs one only
+    when none is found, or with --force."""
+    from .toolchain import ToolchainError, find_futhark, install_futhark, not_found_reason, user_tools_dir
 
+    found = find_futhark()
+    if found is not None and not ns.force:
+        log.info("a Futhark compiler is already found: %s (%s), from %s; nothing downloaded (--force installs one "
+                 "into %s anyway)", found.path, _tool_version(found.path), found.origin, user_tools_dir())
+        print(found.path)
+        return 0
+    if found is None and os.environ.get("FUTHARK") and not ns.force:  # an install would not be used
+        print(f"pybridge install-futhark: {not_found_reason()}; fix or unset it ($FUTHARK comes before any install)",
+              file=sys.stderr)
+        return 1
     try:
-        print(install_futhark())
+        installed = install_futhark()
     except ToolchainError as e:
         print(f"pybridge install-futhark: {e}", file=sys.stderr)
         return 1
+    used = find_futhark()
+    if used is not None and used.path != installed:
+        log.warning("installed %s, but builds use %s (from %s), which comes first", installed, used.path, used.origin)
+    print(installed)
     return 0
 
 
 # ---------------------------------------------------------------- cache (pybridge.cache)
-
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", re.IGNORECASE)
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "": 86400}
-
-
-def _duration(text: str) -> float:
-    m = _DURATION.fullmatch(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 30s, 12h, 7d or 2w (a plain number: days), got {text!r}")
-    return float(m[1]) * _SECONDS[m[2].lower()]
 
 
 def _human(n: float) -> str:
@@ -252,12 +244,13 @@ def _ago(t: float) -> str:
 
 def cmd_cache(ns: argparse.Namespace) -> int:
     from . import cache
+    from .ownership import ForeignCacheError
 
     try:
         bound = cache.max_bytes()
-    except cache.CacheSettingError as bad:
+        root = paths.cache_dir()
+    except (cache.CacheSettingError, ForeignCacheError) as bad:
         raise UsageError(str(bad)) from None
-    root = paths.cache_dir()
     if ns.action == "clear":
         removed, kept = cache.clear(older_than=ns.older_than)
         print(f"removed {len(removed)} entries ({_human(sum(e.size for e in removed))}) from {root}")
@@ -287,73 +280,153 @@ def _setup_logging(level: int) -> logging.Handler:
     return handler
 
 
+_FUT = "a Futhark program (.fut)"
+
+
+def _subcommand(sub: Any, name: str, text: str, parents: Sequence[argparse.ArgumentParser], **kw: Any) -> argparse.ArgumentParser:
+    """A subcommand whose help page starts with the line ``pybridge -h`` lists for it."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=text, description=text[:1].upper() + text[1:] + ".",
+                                                     parents=list(parents), **kw)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="pybridge", description="Call Futhark programs and CUDA kernels from Python.")
-    p.add_argument("--version", action="version", version=f"pybridge {version()}")
-    verbosity = _Parser(add_help=False)
-    for parser, default in ((p, 0), (verbosity, argparse.SUPPRESS)):
-        parser.add_argument("-v", "--verbose", action="store_const", const=1, dest="verbosity", default=default,
-                            help="also the DEBUG log (cache hits) and the traceback of an unexpected error")
-        parser.add_argument("-q", "--quiet", action="store_const", const=-1, dest="verbosity", default=default,
-                            help="only warnings and errors (not what is compiled)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{info,demo,build,cache,package,stubs,install-futhark,bench}")
-    sub.add_parser("info", parents=[verbosity], help="what is available: compilers, backends built, GPU, PyCUDA, CuPy").set_defaults(func=cmd_info)
-    d = sub.add_parser("demo", parents=[verbosity], help="run every built example on the best backend, check against NumPy")
-    d.add_argument("examples", nargs="*", help="example names (default: all demo examples)")
+    p = Parser(prog="pybridge", description="Call Futhark programs and CUDA kernels from Python: this command shows what is "
+                                            "available, runs the demo, builds and packages your programs, manages the cache "
+                                            "and runs the benchmarks.")
+    p.add_argument("--version", action="version", version=f"pybridge {version()}", help="print pybridge's version")
+    verbosity_options(p, False)
+    verbosity = Parser(add_help=False)
+    verbosity_options(verbosity, argparse.SUPPRESS)
+    parents = [verbosity]
+    names = ["info", "demo", "build", "cache", "package", "stubs", "install-futhark", "bench"]
+    sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(names) + "}")
+    _subcommand(sub, "info", "what is available: compilers, backends built, GPU, PyCUDA, CuPy", parents).set_defaults(func=cmd_info)
+    d = _subcommand(sub, "demo", "run every built example on the best backend, check against NumPy", parents)
+    d.add_argument("examples", nargs="*", metavar="example", help="example names (default: all demo examples)")
     d.add_argument("--size", type=positive_int, default=None, help="problem size (default: each example's own)")
     d.set_defaults(func=cmd_demo)
-    b = sub.add_parser("build", parents=[verbosity], help="compile your own .fut program (a library) or .cu file (cubin + PTX) for pybridge")
-    b.add_argument("source", help="path to prog.fut or kernels.cu")
-    b.add_argument("--backend", default="c", choices=["c", "multicore", "cuda", "opencl", "hip", "ispc"],
-                   help="Futhark backend (.fut only)")
-    b.add_argument("-o", "--output", default=None, help="output directory (default: a cache keyed by source hash)")
-    b.add_argument("--arch", default=None, help="CUDA architecture (.cu only; default: this GPU's, else $CUDA_ARCH or sm_90)")
+    b = _subcommand(sub, "build", "compile your own .fut program (a library) or .cu file (cubin + PTX) for pybridge", parents)
+    b.add_argument("source", type=existing_file(f"{_FUT} or CUDA C (.cu)", ".fut", ".cu"), help="path to prog.fut or kernels.cu")
+    b.add_argument("--backend", type=backend(), default=None, metavar="{" + ",".join(BACKENDS) + "}",
+                   help="Futhark backend (.fut only; default: the best this machine can build and run, "
+                        "cuda where a GPU is usable, else multicore)")
+    b.add_argument("-o", "--output", type=output_dir, default=None,
+                   help="output directory (default: a cache keyed by source hash)")
+    b.add_argument("--arch", type=_cuda_arch, default=None,
+                   help="CUDA architecture (.cu only; default: this GPU's, else $CUDA_ARCH or sm_90)")
     b.add_argument("--option", action="append", default=[], metavar="FLAG",
                    help="extra nvcc flag, repeatable, e.g. --option=-DBLOCK=128 (.cu only)")
-    b.add_argument("-I", "--include", action="append", default=[], metavar="DIR", help="include directory (.cu only)")
+    b.add_argument("-I", "--include", action="append", default=[], metavar="DIR", type=existing_dir,
+                   help="include directory (.cu only)")
     b.set_defaults(func=cmd_build)
-    c = sub.add_parser("cache", parents=[verbosity], help="list (default) or clear the build cache; `path` prints its folder")
-    c.add_argument("action", nargs="?", default="list", choices=["list", "clear", "path"])
-    c.add_argument("--older-than", type=_duration, default=None, metavar="AGE",
-                   help="clear: only entries unused for AGE (30s, 12h, 7d, 2w; a plain number: days)")
-    c.set_defaults(func=cmd_cache)
+    c = _subcommand(sub, "cache", "list (the default) or clear the build cache, or print its folder", parents)
+    actions = c.add_subparsers(dest="action", metavar="{list,clear,path}")
+    _subcommand(actions, "list", "list the cache's entries, their sizes and when each was last used", parents)
+    clear = _subcommand(actions, "clear", "remove the cache's entries that no running process uses", parents)
+    clear.add_argument("--older-than", type=duration, default=None, metavar="AGE",
+                       help="only entries unused for AGE (30s, 12h, 7d, 2w; a plain number: days)")
+    _subcommand(actions, "path", "print the cache's folder ($PYBRIDGE_CACHE, else the per-user cache folder)", parents)
+    c.set_defaults(func=cmd_cache, action=None)
     from .package.commands import add_commands as add_package_commands
 
-    add_package_commands(sub, parents=[verbosity])  # package, stubs
-    sub.add_parser("install-futhark", parents=[verbosity], help="obtain the Futhark compiler for this user (per-user data folder) unless one is found"
-                   ).set_defaults(func=cmd_install_futhark)
+    add_package_commands(sub, parents=parents, subcommand=_subcommand)  # package, stubs
+    i = sub.add_parser("install-futhark", parents=parents, help="obtain the Futhark compiler for this user (per-user data folder) unless one is found",
+                       description="Print the Futhark compiler pybridge uses ($FUTHARK, PATH, the checkout pybridge is imported "
+                                   "from, the per-user install); when there is none, install Debian's package into the per-user "
+                                   "folder ($PYBRIDGE_TOOLS, else the user data folder).")
+    i.add_argument("--force", action="store_true", help="install into the per-user folder even when a compiler is found")
+    i.set_defaults(func=cmd_install_futhark)
     sub.add_parser("bench", help="benchmarks: overhead, exchange, fusion, bandwidth, matmul, all; scaling (pybridge bench -h)",
                    add_help=False)
     return p
 
 
+def _cuda_arch(text: str) -> str:
+    """argparse type of --arch: sm_90, compute_90, 90 (cuda.compiler.normalize_arch)."""
+    from .cuda.compiler import normalize_arch
+
+    try:
+        normalize_arch(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("arch: ")) from None
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``pybridge ARGS`` in this process; the exit status (2: refused arguments, -h: 0)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    p = build_parser()
+    try:
+        run, prog, level = _parse_command(args)
+    except SystemExit as e:  # argparse's -h, --version and refusals (their text is printed already)
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
+    return _guarded(run, prog, level)
+
+
+def _parse_command(args: list[str]) -> tuple[Any, str, int]:
+    """(the command to run, its name, its log level) for ``args``; SystemExit when refused."""
     lead = 0  # global options before the subcommand
     while lead < len(args) and args[lead] in ("-v", "--verbose", "-q", "--quiet"):
         lead += 1
-    if args[lead:lead + 1] == ["bench"]:  # its own parser (subcommands are imported lazily)
-        from .bench.cli import main as bench_main
+    if args[lead:lead + 1] == ["bench"]:  # its own parser (its subcommands are imported only for it)
+        from .bench import cli as bench_cli
 
-        level = _level(args[:lead].count("-v") + args[:lead].count("--verbose") - args[:lead].count("-q") - args[:lead].count("--quiet"))
-        return _guarded(lambda: bench_main(args[lead + 1:], parser_class=_Parser), "pybridge bench", level)
-    ns = p.parse_args(args)
-    return _guarded(lambda: int(ns.func(ns)), f"pybridge {ns.command}", _level(ns.verbosity))
+        verbosity = Parser(add_help=False)
+        verbosity_options(verbosity, False)
+        top = verbosity.parse_args(args[:lead])
+        bench_parents = Parser(add_help=False)
+        verbosity_options(bench_parents, argparse.SUPPRESS)
+        ns = _parse(bench_cli.build_parser(Parser, parents=[bench_parents]), args[lead + 1:], top, "subcommand")
+        return (lambda: bench_cli.run(ns, args[lead + 1:])), "pybridge bench", _level(ns)
+    ns = _parse(build_parser(), args, argparse.Namespace(), "command", "action")
+    return (lambda: int(ns.func(ns))), f"pybridge {ns.command}", _level(ns)
 
 
-def _level(verbosity: int) -> int:
-    return logging.DEBUG if verbosity > 0 else logging.WARNING if verbosity < 0 else logging.INFO
+def _parse(parser: argparse.ArgumentParser, args: list[str], ns: argparse.Namespace, *levels: str) -> argparse.Namespace:
+    """``parser.parse_args``, with an unknown option refused by the subcommand it was given to
+    (argparse reports it as the top-level command's, pointing at the wrong help page)."""
+    ns, extra = parser.parse_known_args(args, ns)
+    if extra:
+        used = parser
+        for name in (getattr(ns, k, None) for k in levels):
+            if name:
+                used = _subparser(used, name) or used
+        takes = sorted({max(a.option_strings, key=len) for a in used._actions if a.option_strings})
+        raise SystemExit(_refuse(used.prog, f"unrecognized arguments: {' '.join(extra)} (expected only the options "
+                                            f"{', '.join(takes)}; see {used.prog} -h)"))
+    return ns
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    """The subcommand ``name`` of ``parser`` (argparse keeps its subparsers in a private action)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
+    return None
+
+
+def _level(ns: argparse.Namespace) -> int:
+    if ns.verbose and ns.quiet:
+        raise SystemExit(_refuse("pybridge", "-v/--verbose and -q/--quiet: expected one of them, not both"))
+    return logging.DEBUG if ns.verbose else logging.ERROR if ns.quiet else logging.INFO
+
+
+def _refuse(prog: str, message: str) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def _guarded(run: Any, prog: str, level: int) -> int:
     """Run a command with the log on stderr; bad input and failures as one line, not a traceback."""
     handler = _setup_logging(level)
     try:
-        return int(run())
+        with warnings.catch_warnings():
+            if level > logging.WARNING:  # -q: Python warnings are silenced with the log
+                warnings.simplefilter("ignore")
+            return int(run())
     except UsageError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
+        return _refuse(prog, str(e))
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

@@ -1,11 +1,12 @@
 """Where the artefacts that ``make`` built are found.
 
 ``make`` writes into ``build/`` of the checkout; ``pip install .`` copies what users need of that
-tree (``build/futhark``, ``build/cuda``, the probe program of ``build/reference``, the compiler
-record) into the installed package as ``pybridge/_build``. Lookup order: ``$PYBRIDGE_BUILD``, the
-source checkout's ``build/`` (only when this package is imported from a checkout), the installed
-``pybridge/_build``, then ``./build`` of the current directory (the test programs of
-``build/reference`` when the tests of a checkout run against the installed package).
+tree (``build/futhark``, ``build/cuda``, the probe program of ``build/reference``) into the
+installed package as ``pybridge/_build``. Lookup order: ``$PYBRIDGE_BUILD``, the source checkout's
+``build/`` (only when this package is imported from a checkout), the installed ``pybridge/_build``.
+Never the current directory: loading a library runs its code, and ``./build`` may be someone
+else's checkout (issue 31). The tests of a checkout run against the installed package name the
+checkout's ``build/`` in ``$PYBRIDGE_BUILD`` (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ def build_dirs() -> list[Path]:
     if checkout is not None:
         candidates.append(checkout / "build")  # imported from a clone
     candidates.append(_PACKAGE_DIR / "_build")  # installed with the libraries as package data
-    candidates.append(Path.cwd() / "build")
     seen: set[Path] = set()
     found: list[Path] = []
     for c in candidates:
@@ -56,17 +56,21 @@ def find_build_file(relative: str | os.PathLike[str]) -> Path | None:
     return None
 
 
-def cache_dir() -> Path:
-    """A writable per-user cache (generated cffi modules, compiled user programs and CUDA C):
-    ``$PYBRIDGE_CACHE``, else the platform's per-user cache folder (platformdirs: on Linux
-    ``$XDG_CACHE_HOME/pybridge``, by default ``~/.cache/pybridge``). ``pybridge cache`` lists and
-    clears it."""
+def cache_dir(*parts: str) -> Path:
+    """The per-user cache (generated cffi modules, compiled user programs and CUDA C), or its
+    subfolder ``parts``: ``$PYBRIDGE_CACHE``, else the platform's per-user cache folder
+    (platformdirs: on Linux ``$XDG_CACHE_HOME/pybridge``, by default ``~/.cache/pybridge``).
+    ``pybridge cache`` lists and clears it. It must be pybridge's own (:mod:`pybridge.ownership`):
+    created and tagged when new or empty, refused (ForeignCacheError) when it holds what pybridge
+    did not write; a subfolder that is a symbolic link is refused, never followed."""
+    from .ownership import claim_root, real_folder
+
     env = os.environ.get("PYBRIDGE_CACHE")
     if env:
-        d = Path(env)
+        root = claim_root(Path(env), f"PYBRIDGE_CACHE={env!r}")
     else:
         import platformdirs
 
-        d = Path(platformdirs.user_cache_dir("pybridge", appauthor=False))
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+        default = Path(platformdirs.user_cache_dir("pybridge", appauthor=False))
+        root = claim_root(default, f"the default cache {str(default)!r} (set PYBRIDGE_CACHE=... to use another folder)")
+    return real_folder(root, *parts)

@@ -7,7 +7,7 @@
 # (the device tool returns at most 8 files).
 set -u
 REAL_OUT=${OUT:-/tmp}
-export OUT=/tmp/gpu-logs CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=/tmp/pb-cache PYTHONUNBUFFERED=1
+export OUT=/tmp/gpu-logs CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=/tmp/pb-cache PYBRIDGE_TEST_CACHE=/tmp/pb-cache PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 source .gpu-wheels/install.sh  # PyCUDA, cffi for the commands below (gpu_check.sh sources it for itself)
 GPU_TEST_FILES=${GPU_TEST_FILES:-"tests/gpu/test_futhark_cuda.py tests/gpu/test_cuda_kernels.py tests/gpu/test_cuda_interop.py tests/gpu/test_cuda_compile.py tests/gpu/test_thin_path.py tests/gpu/test_convert_gpu.py tests/test_threads.py tests/test_futhark_api.py tests/test_futhark_c_api.py tests/test_futhark_programs.py tests/test_wrap_sizes.py tests/test_manifest_header.py tests/test_reliability3.py tests/gpu/test_package_cuda.py"} \
@@ -31,7 +31,7 @@ if [ -d .carry-gen/aliasing ] && [ -z "${SKIP_LIFECYCLE:-}" ]; then
   echo "== lifecycle machine on cuda (aliasing program, crash-detecting runner)"
   python3 -c "from pybridge.futhark.build import compile_library as c; c('.carry-gen/aliasing/aliasing.c', 'cuda', '.carry-gen/aliasing/libaliasing.so')" \
     && timeout ${LIFECYCLE_TIMEOUT:-180} python3 -m pybridge.testing.lifecycle_run --backend cuda \
-      --sequences ${LIFECYCLE_SEQUENCES:-1000} --batch 250 .carry-gen/aliasing/libaliasing.so > "$OUT/lifecycle-cuda.log" 2>&1
+      --sequences ${LIFECYCLE_SEQUENCES:-1000} --batch 250 --timeout $((${LIFECYCLE_TIMEOUT:-180} - 20)) .carry-gen/aliasing/libaliasing.so > "$OUT/lifecycle-cuda.log" 2>&1
   echo "rc=$?"; tail -4 "$OUT/lifecycle-cuda.log"
 fi
 tar czf "$REAL_OUT/gpu-logs.tar.gz" -C /tmp gpu-logs

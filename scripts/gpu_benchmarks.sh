@@ -3,22 +3,22 @@
 #   1. `pybridge bench programs --backend cuda`, then `--backend c`: Futhark's own executable vs
 #      pybridge on resident handles (and the bare cffi call), results checked equal;
 #   2. `pybridge bench all`: entry points, launches, exchange, fusion, bandwidth, matmul;
-#   3. `pybridge bench scaling --gpus 1`: pybridge.dask on one GPU, timed with a device sync after
+#   3. `pybridge bench scaling --gpus 1 --rows saxpy`: pybridge.dask on one GPU, timed with a device sync after
 #      `wait`, beside Dask + CuPy on the same graph and Dask alone;
 #   4. the CUB comparisons (benchmarks/scan_vs_cub.cu, sum_vs_cub.cu), when their binaries are carried;
 #   5. BENCHMARKS.md from the JSON of steps 1-3 by `pybridge bench report`, its hand-written notes
 #      kept (a carried $PREP/programs-c.json stands in for step 1's c run when that made none).
 #
 # The GPU machine has no Futhark compiler and no network, so on the development machine first:
-#   for b in cuda c; do FUTHARK=.tools/bin/futhark python3 -m pybridge bench programs --prepare .carry-programs --backend $b; done
+#   for b in cuda c; do python3 -m pybridge bench programs --prepare .carry-programs --backend $b; done
 #   make -k futhark FUTHARK_BACKEND=cuda            # the C of build/futhark/cuda and build/reference/cuda
-#   pip download --python-version 3.12 --only-binary=:all: -d .whl dask distributed
+#   scripts/prepare-device-carry.sh --wheels-only   # .whl: dask, distributed and their needs (cp312)
 #   mkdir -p .carry-cub && for b in scan sum; do nvcc -O3 -std=c++17 -arch=sm_90 -o .carry-cub/${b}_vs_cub benchmarks/${b}_vs_cub.cu; done
 # Then the device call `bash scripts/gpu_benchmarks.sh`, carrying .gpu-wheels, .whl, build/futhark/cuda,
 # build/reference/cuda, .carry-programs and .carry-cub (untracked; never commit them).
 # Copy $OUT/BENCHMARKS.md and $OUT/benchmarks.png back into the repository.
 set -u
-export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=${PYBRIDGE_CACHE:-/tmp/pb-cache}
+export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=${PYBRIDGE_CACHE:-/tmp/pb-cache} PYBRIDGE_TEST_CACHE=${PYBRIDGE_TEST_CACHE:-${PYBRIDGE_CACHE:-/tmp/pb-cache}}
 source .gpu-wheels/install.sh
 python3 -c "import distributed" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-site .whl/*.whl
 OUT=${OUT:-.}
@@ -40,7 +40,7 @@ step "pybridge bench all"
 timeout ${BENCH_TIMEOUT:-240} python3 -m pybridge bench all --json "$OUT/all.json" 2>/dev/null | tail -60
 echo "rc=${PIPESTATUS[0]}"
 step "pybridge bench scaling --gpus 1"
-timeout ${SCALING_TIMEOUT:-120} python3 -m pybridge bench scaling --gpus 1 --repeat ${SCALING_REPEAT:-3} \
+timeout ${SCALING_TIMEOUT:-120} python3 -m pybridge bench scaling --gpus 1 --rows saxpy --repeat ${SCALING_REPEAT:-3} \
   --json "$OUT/scaling.json" 2>"$OUT/scaling.err" | tail -16
 echo "rc=${PIPESTATUS[0]}"; tail -3 "$OUT/scaling.err"
 for b in scan sum; do

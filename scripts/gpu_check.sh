@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # GPU part 1 (the device machine starts bare): install, build, every GPU-marked test (one pytest
-# process per file, so a crash in one cannot hide the others), the demo. Carry .gpu-wheels and
+# process per file, so a crash in one cannot hide the others; the docs' GPU code blocks too), the demo. Carry .gpu-wheels and
 # build/ (build/ holds the C that `futhark cuda --library` generated where the compiler is).
 set -u
 export PYTHONUNBUFFERED=1 PYBRIDGE_GPU_EXAMPLES=${PYBRIDGE_GPU_EXAMPLES:-20}
 source .gpu-wheels/install.sh
-# The Futhark compiler, when carried (tar of .tools/futhark + .tools/bin, made on the development
-# machine): tests that build a .fut for cuda there (pf.load("x.fut", backend="cuda")) then run.
+# The Futhark compiler, when carried (.carry-futhark/futhark.tar.xz, made on the development machine
+# by scripts/prepare-device-carry.sh --futhark-only): tests that build a .fut for cuda there
+# (pf.load("x.fut", backend="cuda")) then run.
 if [ -f .carry-futhark/futhark.tar.xz ] && [ -z "${FUTHARK:-}" ]; then
   mkdir -p /tmp/futhark-tools && tar xJf .carry-futhark/futhark.tar.xz -C /tmp/futhark-tools \
     && export FUTHARK=/tmp/futhark-tools/bin/futhark && echo "futhark: $($FUTHARK --version | head -1)"
@@ -18,7 +19,7 @@ make futhark FUTHARK_BACKEND=cuda FUTHARK=/bin/true 2>&1 | grep -E "error|Error"
 ls build/futhark/cuda/*.so build/reference/cuda/*.so 2>&1 | wc -l
 python3 -m pip install -q --no-build-isolation --no-deps . 2>&1 | grep -v WARN | tail -1
 echo "== GPU tests"
-for f in ${GPU_TEST_FILES:-tests/gpu/test_futhark_cuda.py tests/test_futhark_api.py tests/test_futhark_c_api.py tests/test_futhark_programs.py tests/gpu/test_cuda_kernels.py tests/gpu/test_cuda_interop.py tests/gpu/test_cuda_compile.py tests/gpu/test_thin_path.py}; do
+for f in ${GPU_TEST_FILES:-tests/gpu/test_futhark_cuda.py tests/test_futhark_api.py tests/test_futhark_c_api.py tests/test_futhark_programs.py tests/gpu/test_cuda_kernels.py tests/gpu/test_cuda_interop.py tests/gpu/test_cuda_compile.py tests/gpu/test_thin_path.py tests/gpu/test_docs_gpu.py}; do
   log=$OUT/$(basename $f .py).log
   timeout ${GPU_TEST_TIMEOUT:-150} python3 -m pytest -q -rfEs -p no:cacheprovider --timeout 120 -m gpu $f > $log 2>&1
   echo "$f: rc=$? $(tail -1 $log)"

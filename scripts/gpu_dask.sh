@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pybridge.dask on every GPU of the device machine (nvidia-h200-x2: two): the GPU tests, then the
 # scaling benchmark over 1..N GPUs. Carry .gpu-wheels (PyCUDA, cffi), .whl (dask, distributed and
-# their needs the machine lacks) and build/ holding the C that `futhark cuda --library` generated
+# their needs the machine lacks: scripts/prepare-device-carry.sh --wheels-only makes it on the
+# development machine) and build/ holding the C that `futhark cuda --library` generated
 # (`make -k futhark FUTHARK_BACKEND=cuda` where the compiler is; the link step may fail there).
 set -u
 export PYTHONUNBUFFERED=1

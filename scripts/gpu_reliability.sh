@@ -9,7 +9,7 @@
 set -u
 REAL_OUT=${OUT:-/tmp}
 LOGS=/tmp/reliability-logs
-export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=/tmp/pb-cache PYTHONUNBUFFERED=1
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=/tmp/pb-cache PYBRIDGE_TEST_CACHE=/tmp/pb-cache PYTHONUNBUFFERED=1
 mkdir -p "$LOGS"
 source .gpu-wheels/install.sh
 nproc; nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
@@ -32,7 +32,7 @@ SEQ=${LIFECYCLE_SEQUENCES:-10000}
 LIMIT=${LIFECYCLE_TIMEOUT:-500}
 lifecycle() {  # backend jobs
   local start=$SECONDS
-  timeout $LIMIT python3 -m pybridge.testing.lifecycle_run --backend $1 --sequences $SEQ --batch ${BATCH:-250} --jobs $2 \
+  timeout $LIMIT python3 -m pybridge.testing.lifecycle_run --backend $1 --sequences $SEQ --batch ${BATCH:-250} --jobs $2 --timeout $((LIMIT - 30)) \
     .carry-gen/rel/$1/libaliasing.so .carry-gen/rel/$1/libhistogram.so > "$LOGS/lifecycle-$1.log" 2>&1
   echo "lifecycle $1: rc=$? in $((SECONDS - start)) s: $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d[k] if not isinstance(d[k], list) else len(d[k]) for k in ('sequences','steps','batches','jobs','crashes','failures')})" "$LOGS/lifecycle-$1.log" 2>&1 | tail -1)"
 }

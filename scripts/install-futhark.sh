@@ -1,36 +1,49 @@
 #!/usr/bin/env bash
 # Obtain the Futhark compiler for this project, with no system-wide change.
 #
-#   scripts/install-futhark.sh [--log FILE] [--find-only]
+#   scripts/install-futhark.sh [--log FILE] [--find-only | --force]
 #
 # Prints the path of a usable `futhark` on its last line (stdout); messages go to stderr (and are
-# appended to FILE with --log). --find-only looks but never downloads (exit 1 if nothing is found).
-# Before downloading it says what and how big. $PYBRIDGE_TOOLS moves the install folder (`pybridge
-# install-futhark` points it at the per-user data folder).
+# appended to FILE with --log). --find-only looks but never downloads (exit 1 if nothing is found);
+# --force skips the look and installs (`pybridge install-futhark` looks first, in Python, the same
+# way). Before downloading it says what and how big. It installs into $PYBRIDGE_TOOLS, else the
+# per-user folder of `pybridge install-futhark` (platformdirs' user data folder on Linux,
+# ${XDG_DATA_HOME:-~/.local/share}/pybridge/tools), so `make` in a checkout and every installed
+# pybridge of this user share one compiler.
 #
-# Order: $FUTHARK, then `futhark` on PATH, then the project-local install in .tools/ (made here if
-# missing). The local install takes Debian's `futhark` package and the runtime libraries it links
-# (apt-get download + dpkg -x into .tools/futhark/root). Debian's binary is built against a newer C
-# library than bookworm's, so .tools/bin/futhark runs it through the package set's own ld-linux with
+# Order: $FUTHARK, then `futhark` on PATH (its absolute folders: an empty or relative PATH entry
+# would look in the current directory, so this script drops them from PATH first), then the
+# checkout's own .tools/ (when this script is a checkout's), then the install folder (made there if
+# missing). The install takes Debian's `futhark` package and the runtime libraries it links
+# (apt-get download + dpkg -x into $TOOLS/futhark/root). Debian's binary is built against a newer C
+# library than bookworm's, so $TOOLS/bin/futhark runs it through the package set's own ld-linux with
 # --library-path: only futhark itself sees those libraries, and the children it spawns (cc, nvcc)
 # keep the host's. Elsewhere it says how to get the official release.
 set -euo pipefail
 
 MIN_VERSION=${FUTHARK_MIN_VERSION:-0.25.0}   # the oldest compiler whose manifests pybridge reads
 SUITE=${FUTHARK_DEBIAN_SUITE:-sid}           # the Debian suite carrying futhark 0.25.32
+absolute=  # PATH's absolute folders only (bash builtins: nothing here is looked up on PATH yet)
+IFS=: read -r -a entries <<<"${PATH:-}"
+for d in "${entries[@]}"; do case "$d" in /*) absolute=${absolute:+$absolute:}$d ;; esac; done
+export PATH=$absolute
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-TOOLS=${PYBRIDGE_TOOLS:-$ROOT/.tools}
+# The per-user install of `pybridge install-futhark` (platformdirs.user_data_dir("pybridge") on Linux).
+TOOLS=${PYBRIDGE_TOOLS:-${XDG_DATA_HOME:-${HOME:-/nonexistent}/.local/share}/pybridge/tools}
 WRAPPER=$TOOLS/bin/futhark
 
 LOG=
 FIND_ONLY=
+FORCE=
 while [ $# -gt 0 ]; do
   case "$1" in
     --log) LOG=$2; shift 2 ;;
     --find-only) FIND_ONLY=1; shift ;;
-    *) echo "install-futhark: unknown argument '$1' (expected --log FILE or --find-only)" >&2; exit 2 ;;
+    --force) FORCE=1; shift ;;
+    *) echo "install-futhark: unknown argument '$1' (expected --log FILE, --find-only or --force)" >&2; exit 2 ;;
   esac
 done
+if [ -n "$FIND_ONLY" ] && [ -n "$FORCE" ]; then echo "install-futhark: --find-only and --force exclude each other" >&2; exit 2; fi
 [ -n "$LOG" ] && : >"$LOG"
 
 say() {
@@ -58,19 +71,18 @@ accept() {  # use $1 if it runs and is new enough
   return 0
 }
 
-if [ -n "${FUTHARK:-}" ] && [ "${FUTHARK}" != futhark ]; then
-  exe=$(command -v "$FUTHARK" || true)
-  [ -n "$exe" ] || { say "FUTHARK=$FUTHARK does not exist"; exit 1; }
-  accept "$exe"
-  say "FUTHARK=$FUTHARK is not a usable Futhark >= $MIN_VERSION"; exit 1
+if [ -z "$FORCE" ]; then
+  if [ -n "${FUTHARK:-}" ] && [ "${FUTHARK}" != futhark ]; then
+    exe=$(command -v "$FUTHARK" || true)
+    [ -n "$exe" ] || { say "FUTHARK=$FUTHARK does not exist"; exit 1; }
+    accept "$exe"
+    say "FUTHARK=$FUTHARK is not a usable Futhark >= $MIN_VERSION"; exit 1
+  fi
+  if exe=$(command -v futhark 2>/dev/null); then accept "$exe"; fi
+  [ -f "$ROOT/Makefile" ] && [ -x "$ROOT/.tools/bin/futhark" ] && accept "$ROOT/.tools/bin/futhark"
+  [ -x "$WRAPPER" ] && accept "$WRAPPER"
+  if [ -n "$FIND_ONLY" ]; then say "no Futhark compiler found (FUTHARK, PATH, $WRAPPER)"; exit 1; fi
 fi
-if exe=$(command -v futhark 2>/dev/null); then accept "$exe"; fi
-[ -x "$WRAPPER" ] && accept "$WRAPPER"
-# The per-user install of `pybridge install-futhark` (platformdirs.user_data_dir("pybridge") on Linux).
-USER_WRAPPER=${XDG_DATA_HOME:-${HOME:-/nonexistent}/.local/share}/pybridge/tools/bin/futhark
-[ -x "$USER_WRAPPER" ] && [ "$USER_WRAPPER" != "$WRAPPER" ] && accept "$USER_WRAPPER"
-
-if [ -n "$FIND_ONLY" ]; then say "no Futhark compiler found (FUTHARK, PATH, $WRAPPER)"; exit 1; fi
 
 release_hint() {
   say "get the official release from https://futhark-lang.org/releases/ (futhark-<version>-linux-x86_64.tar.xz),"
@@ -82,7 +94,8 @@ if [ "$(uname -s)-$(uname -m)" != Linux-x86_64 ] || ! command -v apt-get >/dev/n
   release_hint; exit 1
 fi
 
-say "no Futhark compiler found: downloading Debian's futhark package ($SUITE) into $TOOLS (no system-wide change)"
+why="no Futhark compiler found"; [ -z "$FORCE" ] || why="installing as asked (--force)"
+say "$why: downloading Debian's futhark package ($SUITE) into $TOOLS (no system-wide change)"
 say "downloads: Debian's package index (about 10 MB), then futhark and the libraries it runs with (about 14 MB; 80 MB unpacked)"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -7,8 +7,9 @@ Futhark API tests run on the real compiler's output for the reference programs
 Which pybridge is tested: the README's test command (`.venv/bin/pytest -rs tests`) imports the
 installed package, not ./pybridge (pytest's entry point does not put the checkout on sys.path; the
 tests/ folder it adds holds no package). Then the test-only outputs of the checkout (build/reference)
-are found after the installed package's own pybridge/_build through $PYBRIDGE_BUILD, and child
-Pythons get PYTHONSAFEPATH=1 so that a `python -c` run in the checkout imports the installed package
+are found after the installed package's own pybridge/_build through $PYBRIDGE_BUILD, the compiler
+this checkout's make used through $FUTHARK where the installed package finds none of its own (it
+never reads a checkout's files: issue 31), and child Pythons get PYTHONSAFEPATH=1 so that a `python -c` run in the checkout imports the installed package
 too (Python >= 3.11). The header names the pybridge under test and warns when the source tree was
 imported while a non-editable pybridge is installed (`python -m pytest` in the checkout does that;
 the GPU scripts do it on purpose); with PYBRIDGE_TEST_INSTALLED=1 (.ci/run) such a run stops at once.
@@ -21,12 +22,14 @@ import importlib.metadata
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import pybridge
+from pybridge.distribution import NAME as DISTRIBUTION
 from pybridge.paths import find_build_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,9 +38,9 @@ FROM_SOURCE_TREE = PYBRIDGE_DIR == (ROOT / "pybridge").resolve()
 
 
 def _installed_distribution() -> tuple[bool, bool]:
-    """(a pybridge distribution is installed, it is an editable one); the checkout's own
-    pybridge.egg-info (setuptools leaves it there) is not an installation."""
-    for dist in importlib.metadata.distributions(name="pybridge"):
+    """(pybridge's distribution is installed, it is an editable one); the checkout's own
+    pybridge_futhark.egg-info (setuptools leaves it there) is not an installation."""
+    for dist in importlib.metadata.distributions(name=DISTRIBUTION):
         if Path(str(dist.locate_file(""))).resolve() == ROOT:
             continue
         direct = dist.read_text("direct_url.json")
@@ -61,6 +64,31 @@ if not FROM_SOURCE_TREE:
     os.environ.setdefault("PYTHONSAFEPATH", "1")
     if "PYBRIDGE_BUILD" not in os.environ and (ROOT / "build").is_dir():
         os.environ["PYBRIDGE_BUILD"] = os.pathsep.join([str(PYBRIDGE_DIR / "_build"), str(ROOT / "build")])
+    from pybridge.toolchain import RECORDED_COMPILER, futhark_compiler
+
+    if "FUTHARK" not in os.environ and futhark_compiler() is None:
+        record = ROOT / "build" / RECORDED_COMPILER
+        made = record.read_text().strip() if record.is_file() else ""
+        for exe in (made, str(ROOT / ".tools" / "bin" / "futhark")):
+            if os.path.isabs(exe) and os.access(exe, os.X_OK):
+                os.environ["FUTHARK"] = exe
+                break
+
+
+# The tests never write into the user's cache (platformdirs' ~/.cache/pybridge, or a $PYBRIDGE_CACHE
+# of theirs): every run gets a temporary folder, removed at the end, which child processes inherit.
+# PYBRIDGE_TEST_CACHE names a folder to use instead, kept between runs (warm API-mode and CUDA
+# builds: quicker reruns, the GPU scripts). A test that sets PYBRIDGE_CACHE itself keeps its own.
+_SESSION_CACHE: str | None = None
+if os.environ.get("PYBRIDGE_TEST_CACHE"):
+    os.environ["PYBRIDGE_CACHE"] = os.environ["PYBRIDGE_TEST_CACHE"]
+else:
+    _SESSION_CACHE = os.environ["PYBRIDGE_CACHE"] = tempfile.mkdtemp(prefix="pybridge-test-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _SESSION_CACHE is not None:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
 
 _PROBLEM = pybridge_under_test_problem()
@@ -74,7 +102,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    lines = [f"pybridge under test: {PYBRIDGE_DIR} ({'source tree' if FROM_SOURCE_TREE else 'installed package'})"]
+    lines = [f"pybridge under test: {PYBRIDGE_DIR} ({'source tree' if FROM_SOURCE_TREE else 'installed package'}); "
+             f"cache: {os.environ['PYBRIDGE_CACHE']}{'' if _SESSION_CACHE is None else ' (this run only)'}"]
     if _PROBLEM:
         lines.append(f"WARNING: {_PROBLEM[0]}. {_HOW}")
     return lines
@@ -83,6 +112,21 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _PROBLEM:
         terminalreporter.write_line(f"WARNING: {_PROBLEM[0]} ({PYBRIDGE_DIR}). {_HOW}", yellow=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _hang_reports_reach_the_terminal(request: pytest.FixtureRequest) -> None:
+    """A time limit of pybridge.testing.watchdog (the lifecycle machine's, per sequence) writes every
+    thread's stack, then exits: to pytest's copy of the terminal's stderr, which its faulthandler
+    plugin keeps (the capture would take sys.stderr's, and the exit lose them)."""
+    from _pytest import faulthandler as pytest_faulthandler
+
+    from pybridge.testing import watchdog
+
+    key = getattr(pytest_faulthandler, "fault_handler_stderr_fd_key", None)  # pytest >= 8
+    fd = request.config.stash.get(key, None) if key is not None else None
+    if fd is not None:
+        watchdog.report_to(fd)
 
 
 def gpu_available() -> tuple[bool, str]:
@@ -152,3 +196,23 @@ def have_cc() -> str:
     if not cc:
         pytest.skip("no C compiler")
     return cc
+
+
+def dask_and_futhark_or_skip() -> tuple[Any, Any]:
+    """(dask.array, distributed) for the pybridge.dask tests, called at module level: the module is
+    skipped, saying what to install, without dask or without the Futhark compiler (which builds
+    the libraries the workers load)."""
+    da = pytest.importorskip("dask.array", reason="dask is not installed: pip install 'dask[array]' distributed")
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install 'dask[array]' distributed")
+    from pybridge.futhark.build import futhark_compiler
+
+    if futhark_compiler() is None:
+        pytest.skip("the Futhark compiler is not installed (scripts/install-futhark.sh or FUTHARK=...)", allow_module_level=True)
+    return da, distributed
+
+
+def library_or_source(program: str, backend: str = "c") -> str:
+    """futhark/<program>.fut as `make` built it for ``backend``, else the source (compiled on first
+    use by pybridge, cached): the pybridge.dask tests load either."""
+    built = find_build_file(f"futhark/{backend}/lib{program}.so")
+    return str(built) if built is not None else str(Path(__file__).resolve().parents[1] / "futhark" / f"{program}.fut")

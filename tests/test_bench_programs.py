@@ -12,6 +12,8 @@ import pytest
 from pybridge.bench import cli, programs
 from pybridge.futhark.build import futhark_compiler
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "benchmarks" / "programs"
 needs_futhark = pytest.mark.skipif(futhark_compiler() is None,

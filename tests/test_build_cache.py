@@ -22,8 +22,10 @@ import pytest
 
 import pybridge.futhark as pf
 from pybridge.futhark.build import build_program, futhark_compiler, source_files
+from pybridge.ownership import TEMP_PREFIX, TRASH_PREFIX
 
 pytestmark = [
+    pytest.mark.slow,  # left out of the quick subset (-m 'not slow')
     pytest.mark.futhark,
     pytest.mark.skipif(futhark_compiler() is None, reason="the Futhark compiler is not installed (scripts/install-futhark.sh)"),
 ]
@@ -125,4 +127,4 @@ def test_threads_and_processes_load_one_fresh_program_at_once(tmp_path, monkeypa
     # One published build, no leftovers of the others.
     built = sorted(p.name for p in (cache / "programs" / "c").iterdir())
     assert len([n for n in built if not n.startswith(".")]) == 1, built
-    assert not [n for n in built if ".tmp" in n], built
+    assert not [n for n in built if n.startswith((TEMP_PREFIX, TRASH_PREFIX))], built

@@ -20,6 +20,8 @@ from pybridge.cli import main
 from pybridge.futhark.build import build_program, futhark_compiler
 from pybridge.paths import cache_dir
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 needs_futhark = [
     pytest.mark.futhark,
     pytest.mark.skipif(futhark_compiler() is None, reason="Futhark compiler not found: run `make` (it obtains one) or set FUTHARK="),
@@ -72,6 +74,8 @@ def test_a_bad_bound_is_refused_in_one_line(bad, monkeypatch, tmp_path, capsys):
 
 def test_list_and_clear_an_empty_or_foreign_cache(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PYBRIDGE_CACHE", str(tmp_path))
+    assert main(["cache"]) == 0  # empty: pybridge's from now on (tagged)
+    assert "0 entries, 0 B" in capsys.readouterr().out
     (tmp_path / "programs" / "c").mkdir(parents=True)
     (tmp_path / "programs" / "stray-file").write_text("x")  # not an entry: ignored, never a crash
     (tmp_path / "ffi").mkdir()
@@ -80,7 +84,13 @@ def test_list_and_clear_an_empty_or_foreign_cache(tmp_path, monkeypatch, capsys)
     assert "0 entries, 0 B" in capsys.readouterr().out
     assert main(["cache", "clear"]) == 0
     assert "removed 0 entries" in capsys.readouterr().out
-    assert (tmp_path / "programs" / "stray-file").exists()
+    assert (tmp_path / "programs" / "stray-file").exists() and (tmp_path / "ffi" / "notes.txt").exists()
+    # A folder of the user's, not pybridge's: refused in one line, nothing touched.
+    (tmp_path / "CACHEDIR.TAG").unlink()
+    assert main(["cache", "clear"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "PYBRIDGE_CACHE=" in err[0] and "not pybridge's cache" in err[0]
+    assert (tmp_path / "programs" / "stray-file").exists() and (tmp_path / "ffi" / "notes.txt").exists()
 
 
 class TestWithPrograms:
@@ -90,9 +100,9 @@ class TestWithPrograms:
         monkeypatch.setenv("PYBRIDGE_CACHE", str(tmp_path / "cache"))
         old, new, used = (_program(tmp_path, n, k) for k, n in enumerate(["old", "new", "used"]))
         # old and new built by another process (which exits: not in use)
-        code = f"import pybridge.futhark as pf\nfor p in {[str(old), str(new)]!r}: pf.load(p).close()\n"
+        code = f"import pybridge.futhark as pf\nfor p in {[str(old), str(new)]!r}: pf.load(p, backend='c').close()\n"
         subprocess.run([sys.executable, "-c", code], env=_child_env(tmp_path / "cache"), check=True, timeout=300)
-        lib = pf.load(used)  # this process uses it
+        lib = pf.load(used, backend="c")  # this process uses it
         names = {e.name.split("/")[-1].split("-")[0] for e in cache.entries() if e.kind == "program"}
         assert names == {"old", "new", "used"}
         assert main(["cache"]) == 0
@@ -114,13 +124,13 @@ class TestWithPrograms:
         assert lib.f(1) == 3  # still works: nothing it needs was removed
         lib.close()
         # loading again after a clear rebuilds what is missing (its bindings were removed)
-        with pf.load(new) as again:
+        with pf.load(new, backend="c") as again:
             assert again.f(1) == 2
 
     def test_a_killed_user_does_not_pin_its_entry(self, tmp_path):
         src = _program(tmp_path, "victim", 5)
         env = _child_env(tmp_path / "cache")
-        code = "import sys, pybridge.futhark as pf\nlib = pf.load(sys.argv[1]); print('ready', flush=True)\nsys.stdin.read()\n"
+        code = "import sys, pybridge.futhark as pf\nlib = pf.load(sys.argv[1], backend='c'); print('ready', flush=True)\nsys.stdin.read()\n"
         child = subprocess.Popen([sys.executable, "-c", code, str(src)], env=env, stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True)
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
@@ -146,7 +156,7 @@ class TestWithPrograms:
         code = textwrap.dedent("""
             import sys, time, pathlib, pybridge.futhark as pf
             go = pathlib.Path(sys.argv[1])
-            libs = [pf.load(p) for p in sys.argv[2:]]
+            libs = [pf.load(p, backend="c") for p in sys.argv[2:]]
             print("ready", flush=True)
             while not go.exists():
                 time.sleep(0.05)
@@ -176,7 +186,7 @@ class TestWithPrograms:
             assert c.returncode == 0 and out.strip() == "ok", err
         # everyone exited: the next build brings the cache within its bound, least recently used first
         monkeypatch.setenv("PYBRIDGE_CACHE_MAX_BYTES", str(bound))
-        last = build_program(_program(tmp_path, "last_99", 99))
+        last = build_program(_program(tmp_path, "last_99", 99), backend="c")
         total = sum(e.size for e in cache.entries())
         assert total <= bound, [(e.name, e.size) for e in cache.entries()]
         assert last.exists()  # the entry just built (in use by this process) stays

@@ -25,6 +25,9 @@ from pybridge.cuda import compiler as C
 from pybridge.cuda.declarations import DeclarationMismatchError, read_declarations, reconcile
 from pybridge.cuda.module import Module, cubin_arch
 from pybridge.cuda.signature import KernelSignature, Param, SignatureError, parse_signature
+from pybridge.ownership import MARK, TEMP_PREFIX
+
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_nvcc = pytest.mark.skipif(shutil.which(os.environ.get("NVCC", "nvcc")) is None, reason="nvcc not on PATH")
@@ -184,7 +187,7 @@ def test_eight_threads_and_four_processes_compile_one_fresh_source(cache: Path) 
     (entry,) = entries(cache)
     assert cubin_arch(entry / "module.cubin") == (9, 0)
     assert ".entry saxpy(" in (entry / "module.ptx").read_text()
-    assert [p.name for p in (cache / "cuda").iterdir() if p.name.startswith(".tmp")] == []
+    assert [p.name for p in (cache / "cuda").iterdir() if p.name.startswith(TEMP_PREFIX)] == []
 
 
 @needs_nvcc
@@ -202,8 +205,9 @@ def test_a_damaged_entry_is_rebuilt(cache: Path) -> None:
 def test_leftovers_of_a_killed_compile_are_removed(cache: Path) -> None:
     src = fresh()
     first = C.build_source(src, arch="sm_90")
-    leftover = cache / "cuda" / f".tmp-{first.key[:12]}-killed"
+    leftover = cache / "cuda" / f"{TEMP_PREFIX}{first.key[:12]}-killed"
     leftover.mkdir()
+    (leftover / MARK).write_text("made by pybridge\n")  # the first file of every folder it makes
     (leftover / "module.cubin").write_bytes(b"\x7fELF half")
     shutil.rmtree(first.directory)
     again = C.build_source(src, arch="sm_90")
@@ -228,7 +232,7 @@ def test_compile_error_carries_file_line_and_message(cache: Path, tmp_path: Path
     assert (e.file, e.line) == ("<string>", 2)
     assert 'identifier "undefined_name" is undefined' in str(e) and "undefined_name" in e.output
     assert entries(cache) == []  # nothing half-made left behind
-    assert [p for p in (cache / "cuda").iterdir() if p.name.startswith(".tmp")] == []
+    assert [p for p in (cache / "cuda").iterdir() if p.name.startswith(TEMP_PREFIX)] == []
 
     bad = tmp_path / "bad.cu"
     bad.write_text('#include "oops.cuh"\nextern "C" __global__ void k() {}\n')

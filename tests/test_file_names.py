@@ -21,6 +21,7 @@ import pybridge.futhark as pf
 from pybridge.futhark.build import futhark_compiler
 
 pytestmark = [
+    pytest.mark.slow,  # left out of the quick subset (-m 'not slow')
     pytest.mark.futhark,
     pytest.mark.skipif(futhark_compiler() is None, reason="Futhark compiler not found: run `make` (it obtains one) or set FUTHARK="),
 ]

@@ -18,6 +18,8 @@ from pybridge import interop
 from pybridge.futhark import InvalidHandleError
 from conftest import library_sources
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 LIBS = library_sources("types", ("c", "multicore"))
 
 

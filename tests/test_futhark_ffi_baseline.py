@@ -16,7 +16,7 @@ import pytest
 import pybridge.futhark as pf
 from pybridge.paths import find_build_file
 
-pytestmark = pytest.mark.futhark
+pytestmark = [pytest.mark.futhark, pytest.mark.slow]  # slow: left out of the quick subset (-m 'not slow')
 
 
 @pytest.fixture(scope="module")

@@ -151,6 +151,42 @@ def test_pickle_goes_through_the_library_layer(types_lib, saxpy):
         pickle.dumps(s)
 
 
+def test_copies_and_round_trips_stay_in_the_handles_own_library(types_lib):
+    """Issue 31 item 8: with one .so loaded twice, copy.copy, copy.deepcopy and a pickle round trip
+    of a handle of the first library gave a handle of the second (the one loaded last for that
+    path). Each now lands in the handle's own Library while that is open; the rule for the rest
+    (the latest open library of the file, else the file loaded again) is library_for_key's."""
+    import subprocess
+
+    from pybridge.executables import child_env, python_command
+
+    first = pf.load(types_lib.path, mode="abi")
+    second = pf.load(types_lib.path, mode="abi")
+    later = []
+    try:
+        values = [first.types["[]f32"].new(np.arange(4, dtype=np.float32)), first.rect(3.0, 4.0)]
+        for h in values:
+            for twin in (copy.copy(h), copy.deepcopy(h), pickle.loads(pickle.dumps(h))):
+                assert twin.library is first and twin is not h, (type(h).__name__, twin.library)
+                np.testing.assert_equal(twin.numpy(), h.numpy())
+        data = pickle.dumps(values[1])
+        first.close()  # the original is gone: the latest open library of that file
+        assert pickle.loads(data).library is second
+        second.close()
+        again = pickle.loads(data)  # none open: the file is loaded again
+        later.append(again.library)
+        assert again.library not in (first, second) and not again.library.closed
+        assert again.numpy() == ("rect", (3.0, 4.0))
+        # Another process knows only the path: the same rule, there.
+        code = "import pickle, sys\nh = pickle.loads(sys.stdin.buffer.read())\nprint(h.library.path, h.numpy() == ('rect', (3.0, 4.0)))\n"
+        proc = subprocess.run(python_command(code), input=data, capture_output=True, env=child_env(), timeout=300)
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert proc.stdout.decode().split(" ", 1) == [str(types_lib.path), "True\n"]
+    finally:
+        for lib in (first, second, *later):
+            lib.close()
+
+
 def test_truncated_pickle_bytes_raise_value_format_error(types_lib):
     data = types_lib.rect(3.0, 4.0).store()
     for cut in (0, 1, len(data) // 2, len(data) - 1):

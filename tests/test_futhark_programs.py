@@ -26,7 +26,7 @@ from pybridge.demo import examples as E
 from pybridge.paths import find_build_file
 from pybridge.testing import InputOptions, Tolerance, check_against, elements, to_numpy
 
-pytestmark = pytest.mark.futhark
+pytestmark = [pytest.mark.futhark, pytest.mark.slow]  # slow: left out of the quick subset (-m 'not slow')
 
 BACKENDS = [
     pytest.param("c", id="c"),
@@ -81,6 +81,7 @@ scan_lib = _program("scan")
 matmul_lib = _program("matmul")
 histogram_lib = _program("histogram")
 mandelbrot_lib = _program("mandelbrot")
+jacobi_lib = _program("jacobi")
 chain_lib = _program("chain")
 bounds_lib = _program("bounds")
 
@@ -129,7 +130,7 @@ def check_example(name: str, lib: Any, *, demo_sizes: Iterable[int] = DEMO_SIZES
 
 #: The catalogued entry points that have a property test below (test_every_entry_point_is_tested).
 PROPERTY_TESTED = frozenset(
-    {"saxpy", "dot", "dot_f64", "sum", "stats", "prefix_sum", "prefix_sum_i64", "matmul", "histogram",
+    {"saxpy", "saxpy_iter", "jacobi", "dot", "dot_f64", "sum", "stats", "prefix_sum", "prefix_sum_i64", "matmul", "histogram",
      "mandelbrot", "index_at", "checked_sqrt", *(f"chain{n}" for n in E.CHAIN_LENGTHS)}
 )
 FUTHARK_EXAMPLES = [n for n, e in E.EXAMPLES.items() if e.source("futhark") is not None]
@@ -149,6 +150,18 @@ def test_every_entry_point_is_tested() -> None:
 def test_saxpy(saxpy_lib):
     # xs and ys share the size n of `entry saxpy [n]`; the result's shape is checked by the rule.
     check_example("saxpy", saxpy_lib, min_value=-1e3, max_value=1e3, max_size=300)
+
+
+def test_saxpy_iter(saxpy_lib):
+    # iters is an iteration count: kept small; |a| <= 1 as the catalog's bound assumes.
+    check_example("saxpy_iter", saxpy_lib, min_value=-1e3, max_value=1e3, max_size=200,
+                  ranges={"iters": (0, 8), "a": (-1, 1)}, settings=FEW)
+
+
+def test_jacobi(jacobi_lib):
+    # n, m of `entry jacobi [n] [m]` in 0..24 (grids without an interior included); steps small.
+    check_example("jacobi", jacobi_lib, min_value=-100, max_value=100, max_size=24,
+                  ranges={"steps": (0, 6)}, settings=FEW)
 
 
 def test_saxpy_length_mismatch(saxpy_lib, pf):

@@ -47,6 +47,8 @@ from pybridge.futhark.handles import ArrayHandle, OpaqueHandle, Value
 
 import interface_gen as g
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 
 @dataclass(frozen=True)
 class Profile:

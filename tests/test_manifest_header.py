@@ -31,6 +31,8 @@ from pybridge.futhark.header import declarations
 from pybridge.futhark.manifest import ManifestError, parse_manifest
 from conftest import built_library, json_paths, library_sources
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ("c", "multicore", "cuda")
 EXAMPLES = int(os.environ.get("PYBRIDGE_MANIFEST_EXAMPLES", "60"))

@@ -23,6 +23,7 @@ PROGRAM = Path(__file__).resolve().parent / "programs" / "parerr.fut"
 N = 200_000  # large enough that every call runs in parallel
 
 pytestmark = [
+    pytest.mark.slow,  # left out of the quick subset (-m 'not slow')
     pytest.mark.futhark,
     pytest.mark.skipif(futhark_compiler() is None, reason="no Futhark compiler: run scripts/install-futhark.sh"),
 ]

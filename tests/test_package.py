@@ -1,25 +1,36 @@
 """`pybridge package` end to end: a new multi-entry program (records, an opaque type, a sum, rank-2
-arrays) becomes a wheel; the wheel goes into a fresh virtual environment (pybridge from this
-checkout, numpy and cffi from the index) and is used from a folder outside the checkout with neither
-futhark nor a C compiler on PATH, in fast (API) mode, against NumPy; mypy --strict accepts correct
-calls and reports a wrong dtype, a wrong rank and a misspelt entry point. One environment per session.
+arrays) becomes a wheel; the wheel goes into a fresh virtual environment of the stock interpreter
+with no package index (pybridge from a wheel of this checkout, found by the distribution name the
+generated wheel requires; numpy, cffi and the rest of the run time seen from this environment,
+nothing else), and is used from a folder outside the checkout with neither futhark nor a C compiler
+on PATH, in fast (API) mode, against NumPy; mypy --strict accepts correct calls and reports a wrong
+dtype, a wrong rank and a misspelt entry point. One environment per session.
 """
 
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import io
 import logging
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
 import warnings
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
+import pybridge
+from pybridge.distribution import NAME as DISTRIBUTION
+from pybridge.distribution import compatible_requirement
 from pybridge.futhark.build import futhark_compiler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,8 +61,50 @@ def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+def _wheel_requirements(wheel: Path) -> list[Requirement]:
+    with zipfile.ZipFile(wheel) as z:
+        (meta,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        text = z.read(meta).decode()
+    return [Requirement(line.split(": ", 1)[1]) for line in text.splitlines() if line.startswith("Requires-Dist: ")]
+
+
+def _run_time_overlay(folder: Path, wheels: list[Path], provided: set[str]) -> set[str]:
+    """Links in ``folder`` to this environment's installed copies of what ``wheels`` require
+    (transitively, extras and markers applied), except the ``provided`` names: the run time a fresh
+    environment may see besides the wheels (through a .pth file), so that it installs with no index.
+    Returns their canonical names; fails if this environment lacks one or has a version outside a
+    requirement."""
+    folder.mkdir()
+    todo = [r for w in wheels for r in _wheel_requirements(w)]
+    seen: set[str] = set()
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if name in provided or name in seen or (req.marker and not req.marker.evaluate({"extra": ""})):
+            continue
+        dist = importlib.metadata.distribution(name)
+        assert req.specifier.contains(dist.version, prereleases=True), f"this environment's {name} {dist.version} is not {req}"
+        assert dist.files is not None, f"{name}: installed without a RECORD, cannot be linked"
+        seen.add(name)
+        site = Path(str(dist.locate_file("")))
+        for top in {f.parts[0] for f in dist.files if f.parts[0] != ".."}:
+            if not (folder / top).exists():
+                (folder / top).symlink_to(site / top)
+        extras = set(req.extras)
+        for line in dist.requires or []:
+            sub = Requirement(line)
+            if not sub.marker or any(sub.marker.evaluate({"extra": e}) for e in extras | {""}):
+                todo.append(sub)
+    return seen
+
+
+def _distributions(python: Path) -> set[str]:
+    code = "import importlib.metadata as m; print('\\n'.join(d.metadata['Name'] for d in m.distributions()))"
+    return {canonicalize_name(n) for n in _run([str(python), "-c", code]).stdout.split()}
+
+
 @pytest.fixture(scope="module")
-def shipped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def shipped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from pybridge.package import build_package
 
     tmp = tmp_path_factory.mktemp("ship")
@@ -67,19 +120,28 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     env = dict(os.environ, PYBRIDGE_ALLOW_NO_LIBRARIES="1", PYBRIDGE_NO_MAKE="1")
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(src), "-w", str(tmp / "dist")],
          env=env)
-    (pybridge_wheel,) = (tmp / "dist").glob("pybridge-*.whl")
+    (pybridge_wheel,) = (tmp / "dist").glob("pybridge_futhark-*.whl")
     venv = tmp / "venv"
     _run([_base_python(), "-m", "venv", str(venv)])
-    # No PYTHONPATH: a checkout on it (with a pybridge.egg-info) would make pip skip the wheel.
-    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "numpy", "cffi",
-          str(pybridge_wheel), str(wheel)], env=clean)
+    python = venv / "bin" / "python"
+    overlay = _run_time_overlay(tmp / "run-time", [wheel, pybridge_wheel], {canonicalize_name(DISTRIBUTION)})
+    purelib = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    Path(purelib, "run_time.pth").write_text(f"{tmp / 'run-time'}\n")
+    before = _distributions(python)
+    # No index, no pip configuration, no PYTHONPATH (a checkout on it, with its egg-info, would make
+    # pip skip the wheel): pip must find pybridge by the name the generated wheel requires.
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("PIP_")}
+    clean["PIP_CONFIG_FILE"] = os.devnull
+    pip = _run([str(python), "-m", "pip", "install", "--no-index", "--find-links", str(tmp / "dist"),
+                "--disable-pip-version-check", "--no-color", str(wheel)], env=clean)
+    check = _run([str(python), "-m", "pip", "check", "--disable-pip-version-check"], env=clean)
     outside = tmp / "elsewhere"
     outside.mkdir()
-    return {"wheel": wheel, "venv": venv, "outside": outside, "tmp": tmp}
+    return {"wheel": wheel, "venv": venv, "outside": outside, "tmp": tmp, "pip": pip.stdout, "check": check.stdout,
+            "overlay": overlay, "before": before, "after": _distributions(python)}
 
 
-def _bare_env(shipped: dict[str, Path]) -> dict[str, str]:
+def _bare_env(shipped: dict[str, Any]) -> dict[str, str]:
     """PATH with the environment's bin only (no futhark, no cc), no CC, an empty pybridge cache."""
     return {
         "PATH": str(shipped["venv"] / "bin"),
@@ -89,7 +151,7 @@ def _bare_env(shipped: dict[str, Path]) -> dict[str, str]:
     }
 
 
-def test_wheel_tags_metadata_and_files(shipped: dict[str, Path]) -> None:
+def test_wheel_tags_metadata_and_files(shipped: dict[str, Any]) -> None:
     from wheel.wheelfile import WheelFile
 
     wheel = shipped["wheel"]
@@ -107,8 +169,9 @@ def test_wheel_tags_metadata_and_files(shipped: dict[str, Path]) -> None:
     fields = [line.split(": ", 1) for line in meta.splitlines() if ": " in line]
     assert ("Name", "shipdemo") in [tuple(f) for f in fields] and ("Version", "1.2.3") in [tuple(f) for f in fields]
     assert ("License", "BSD-3-Clause") in [tuple(f) for f in fields]
-    requires = sorted(v.split(">=")[0] for k, v in fields if k == "Requires-Dist")
-    assert requires == ["cffi", "numpy", "pybridge"]
+    requires = sorted(v for k, v in fields if k == "Requires-Dist")
+    assert [r.split(">=")[0] for r in requires] == ["cffi", "numpy", DISTRIBUTION], requires
+    assert requires[2] == compatible_requirement() and ",<" in requires[2], requires  # docs/versioning.md
     ext = f".cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu.so"
     expected = {"shipdemo/__init__.py", "shipdemo/__init__.pyi", "shipdemo/py.typed", "shipdemo/_futhark/package.json"}
     for b in ("c", "multicore"):
@@ -118,7 +181,22 @@ def test_wheel_tags_metadata_and_files(shipped: dict[str, Path]) -> None:
     assert names - {n for n in names if n.startswith("shipdemo-1.2.3.dist-info/")} == expected
 
 
-def test_auditwheel_show(shipped: dict[str, Path]) -> None:
+def test_the_wheel_installs_with_no_index_and_brings_in_nothing_foreign(shipped: dict[str, Any]) -> None:
+    """pip, with no index and only the checkout's pybridge wheel to find, resolves the generated
+    wheel's requirement to it; the environment then holds what venv made, the run time this test
+    let it see (numpy, cffi, ... from this environment), pybridge-futhark and the program: no
+    distribution named `pybridge` (the public index's unrelated project) or anything else."""
+    installed = re.search(r"^Successfully installed (.*)$", shipped["pip"], re.M)
+    assert installed, shipped["pip"]
+    assert sorted(installed.group(1).split()) == sorted([f"{DISTRIBUTION}-{pybridge.__version__}", "shipdemo-1.2.3"]), shipped["pip"]
+    assert shipped["after"] - shipped["before"] == {canonicalize_name(DISTRIBUTION), "shipdemo"}
+    assert shipped["before"] - shipped["overlay"] <= {"pip", "setuptools"}, shipped["before"]
+    assert shipped["overlay"] >= {"numpy", "cffi", "platformdirs", "filelock"}, shipped["overlay"]
+    assert "pybridge" not in shipped["after"]
+    assert "No broken requirements found" in shipped["check"], shipped["check"]
+
+
+def test_auditwheel_show(shipped: dict[str, Any]) -> None:
     exe = shutil.which("auditwheel") or str(Path(sys.executable).with_name("auditwheel"))
     if not Path(exe).exists():
         pytest.skip("auditwheel not installed")
@@ -127,13 +205,45 @@ def test_auditwheel_show(shipped: dict[str, Path]) -> None:
     assert "external shared libraries are required" not in out, out  # only libc and friends
 
 
-def test_installed_wheel_runs_without_compilers_in_fast_mode(shipped: dict[str, Path]) -> None:
+def test_pf_load_and_the_packaged_module_agree(shipped: dict[str, Any]) -> None:
+    """The same default backend, the doc comments as docstrings, the size names of the signatures,
+    for the packaged module and for pf.load of the library it holds (issue 33)."""
+    script = shipped["outside"] / "agree.py"
+    script.write_text(AGREE)
+    proc = _run([str(shipped["venv"] / "bin" / "python"), str(script)], cwd=shipped["outside"], env=_bare_env(shipped))
+    assert proc.stdout.strip() == "AGREE", proc.stdout + proc.stderr
+
+
+def test_installed_wheel_runs_without_compilers_in_fast_mode(shipped: dict[str, Any]) -> None:
     script = shipped["outside"] / "use_shipdemo.py"
     shutil.copy2(USE_SCRIPT, script)
     proc = _run([str(shipped["venv"] / "bin" / "python"), str(script)], cwd=shipped["outside"], env=_bare_env(shipped))
     assert proc.stdout.strip().endswith("OK"), proc.stdout + proc.stderr
     assert "RuntimeWarning" not in proc.stderr, proc.stderr  # no fallback to ABI mode
 
+
+AGREE = """\
+import inspect
+import pybridge.futhark as pf
+import shipdemo
+from pybridge.backends import choose_backend
+from pybridge.futhark.names import python_names
+
+lib = shipdemo.load()
+assert lib.backend == choose_backend(shipdemo.BACKENDS) == "multicore", lib.backend  # no GPU here
+same = pf.load(lib.libraries["shipdemo"].path)  # the packaged library, loaded as a user would
+assert same.backend == lib.backend
+names = list(same.entry_points)
+assert sorted(n for n in dir(same) if n in names) == sorted(names)  # each entry point once
+for py, name in zip(python_names(names), names):
+    mine, theirs = inspect.getdoc(same.entry_points[name]), inspect.getdoc(getattr(shipdemo, py))
+    doc = theirs.split("\\n\\nFuthark: entry")[0]
+    assert doc and mine.startswith(doc + "\\n\\nFuthark entry point "), (name, doc, mine)
+    entry = same.entry_points[name]  # sizes in both or in neither:
+    for p, a in zip(entry.info.inputs, inspect.signature(entry).parameters.values()):
+        assert f"({p.name}: {a.annotation})" in theirs, (name, p.name, a.annotation, theirs)
+print("AGREE")
+"""
 
 GOOD = """\
 import numpy as np
@@ -168,7 +278,7 @@ shipdemo.area({"x": 1.0, "y": 2.0})
 """
 
 
-def test_mypy_strict_checks_calls(shipped: dict[str, Path]) -> None:
+def test_mypy_strict_checks_calls(shipped: dict[str, Any]) -> None:
     pytest.importorskip("mypy")
     out = shipped["outside"]
     (out / "good.py").write_text(GOOD)
@@ -190,7 +300,7 @@ def test_mypy_strict_checks_calls(shipped: dict[str, Path]) -> None:
     assert '"area"' in errors[11] and '"Shape"' in errors[11]  # a record where a sum is expected
 
 
-def test_prebuilt_module_of_another_library_is_refused(shipped: dict[str, Path], tmp_path: Path) -> None:
+def test_prebuilt_module_of_another_library_is_refused(shipped: dict[str, Any], tmp_path: Path) -> None:
     """A prebuilt module with other declarations, or one that calls another copy of the library, is
     refused: an error in mode "api", ABI mode with a warning in mode "auto"."""
     import zipfile
@@ -240,16 +350,16 @@ def test_prebuilt_module_of_another_library_is_refused(shipped: dict[str, Path],
 def test_backend_choice_falls_back_without_gpu_with_one_log_line(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     from pybridge.futhark import packaged
 
-    monkeypatch.setattr(packaged, "_gpu_present", lambda: (False, "the CUDA driver reports no device"))
+    monkeypatch.setattr("pybridge.backends.gpu_present", lambda: (False, "the CUDA driver reports no device"))
     log = logging.getLogger("shipdemo-test")
     with caplog.at_level(logging.INFO, logger="shipdemo-test"):
         assert packaged.choose_backend(["c", "multicore", "cuda"], None, log, "shipdemo") == "multicore"
-    assert [r.getMessage() for r in caplog.records] == ["shipdemo: no usable GPU (the CUDA driver reports no device); using the next backend"]
-    monkeypatch.setattr(packaged, "_gpu_present", lambda: (True, ""))
+    assert [r.getMessage() for r in caplog.records] == ["shipdemo: no usable GPU (the CUDA driver reports no device); using multicore"]
+    monkeypatch.setattr("pybridge.backends.gpu_present", lambda: (True, ""))
     assert packaged.choose_backend(["c", "multicore", "cuda"], None, log, "shipdemo") == "cuda"
     assert packaged.choose_backend(["c"], None, log, "shipdemo") == "c"
     assert packaged.choose_backend(["c", "multicore"], "c", log, "shipdemo") == "c"
-    with pytest.raises(ValueError, match="packaged for \\['c'\\], not 'cuda'"):
+    with pytest.raises(ValueError, match="shipdemo has no 'cuda' library; it has c"):
         packaged.choose_backend(["c"], "cuda", log, "shipdemo")
 
 
@@ -258,7 +368,7 @@ def test_backend_choice_falls_back_without_gpu_with_one_log_line(monkeypatch: py
     [
         ({"name": "ship-demo"}, "name: 'ship-demo' must be a Python module name"),
         ({"name": "class"}, "name: 'class'"),
-        ({"name": "pybridge"}, "not pybridge"),
+        ({"name": "pybridge"}, "name: 'pybridge' is a module the package needs at run time"),
         ({"version": "one"}, "version: 'one' is not a PEP 440 version"),
         ({"backends": ["c", "opencl"]}, "backends: 'opencl' is not one of"),
         ({"backends": ["c", "c"]}, "names one twice"),
@@ -301,7 +411,7 @@ def test_stubs_command_writes_a_checked_pyi(tmp_path: Path) -> None:
     assert "Matrix product of an n×k and a k×m matrix." in text
     assert "def variant(self) -> Literal['circle', 'rect']" in text
     assert "A running total: a state the caller keeps" in text  # a type's doc comment
-    assert main(["stubs", str(tmp_path / "missing.fut")]) == 1
+    assert main(["stubs", str(tmp_path / "missing.fut")]) == 2  # a missing file is a usage error, as for build and package
 
 
 def test_package_from_c_generated_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,8 +19,11 @@ import pytest
 
 import pybridge
 from pybridge import paths, toolchain
+from pybridge.distribution import NAME as DISTRIBUTION
 from pybridge.futhark.build import futhark_compiler
 from pybridge.futhark.csource import MARK
+
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
 
 ROOT = Path(__file__).resolve().parents[1]
 # The distribution's interpreter where there is one (Debian's does not import `types` at start-up,
@@ -184,14 +187,28 @@ def test_targets_that_need_no_compiler_never_download_it(tmp_path: Path) -> None
 
 
 def test_install_script_find_only_never_downloads(tmp_path: Path) -> None:
-    env = _clean_env(tmp_path, PYBRIDGE_TOOLS=str(tmp_path / "tools"))
-    r = subprocess.run(["bash", str(ROOT / "scripts/install-futhark.sh"), "--find-only"], capture_output=True,
-                       text=True, env=env, timeout=60)
+    """Run as the installed package ships it (no checkout around it), from a folder holding a
+    `futhark` that a relative PATH entry would find: never looked at, never run."""
+    script = tmp_path / "pybridge" / "_scripts" / "install-futhark.sh"
+    script.parent.mkdir(parents=True)
+    shutil.copy2(ROOT / "scripts" / "install-futhark.sh", script)
+    here = tmp_path / "stranger"
+    canary = tmp_path / "canary"
+    trap = here / "futhark"
+    trap.parent.mkdir()
+    trap.write_text(f"#!/bin/sh\necho ran > {canary}\necho 'Futhark 0.25.99'\n")
+    trap.chmod(0o755)
+    env = _clean_env(tmp_path, PATH=".::/usr/bin:/bin")
+    r = subprocess.run(["bash", str(script), "--find-only"], capture_output=True, text=True, env=env, cwd=here, timeout=60)
     assert r.returncode == 1 and r.stdout == ""
-    assert "no Futhark compiler found" in r.stderr
-    assert not (tmp_path / "tools").exists()
-    r = subprocess.run(["bash", str(ROOT / "scripts/install-futhark.sh"), "--bogus"], capture_output=True, text=True, env=env)
-    assert r.returncode == 2 and "unknown argument '--bogus'" in r.stderr
+    assert "no Futhark compiler found" in r.stderr and not canary.exists()
+    assert not (tmp_path / "data").exists()  # the per-user folder, where it would install: untouched
+    user = _fake_futhark(tmp_path / "data" / "pybridge" / "tools" / "bin" / "futhark")  # install-futhark's folder
+    r = subprocess.run(["bash", str(script), "--find-only"], capture_output=True, text=True, env=env, cwd=here, timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == [str(user)] and not canary.exists()
+    for bad, message in ((["--bogus"], "unknown argument '--bogus'"), (["--find-only", "--force"], "exclude each other")):
+        r = subprocess.run(["bash", str(script), *bad], capture_output=True, text=True, env=env)
+        assert r.returncode == 2 and message in r.stderr
 
 
 # ---------------------------------------------------------------- where the compiler is found
@@ -205,53 +222,101 @@ def _fake_futhark(path: Path) -> Path:
 
 
 def test_compiler_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """$FUTHARK, PATH, the compiler make recorded, the checkout's .tools, the per-user install."""
+    """$FUTHARK, PATH, the checkout pybridge is imported from (its make record, its .tools), the
+    per-user install; builds, `pybridge info` and `pybridge install-futhark` share it."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.delenv("FUTHARK", raising=False)
-    monkeypatch.setenv("PYBRIDGE_TOOLS", str(tmp_path / "local"))
-    build = tmp_path / "build"
-    build.mkdir()
-    monkeypatch.setenv("PYBRIDGE_BUILD", str(build))
-    monkeypatch.setattr(paths, "build_dirs", lambda: [build])
-    assert toolchain.futhark_compiler() is None
+    for var in ("FUTHARK", "PYBRIDGE_TOOLS", "PYBRIDGE_BUILD"):
+        monkeypatch.delenv(var, raising=False)
+    checkout = tmp_path / "checkout"
+    (checkout / "build").mkdir(parents=True)
+    monkeypatch.setattr(paths, "source_checkout", lambda: checkout)
+    assert toolchain.find_futhark() is None
+    assert "no `futhark` on PATH, in this checkout or in " in toolchain.not_found_reason()
     user = _fake_futhark(tmp_path / "data" / "pybridge" / "tools" / "bin" / "futhark")
     assert toolchain.user_tools_dir() == tmp_path / "data" / "pybridge" / "tools"
-    assert toolchain.futhark_compiler() == str(user)
-    local = _fake_futhark(tmp_path / "local" / "bin" / "futhark")
+    assert toolchain.find_futhark() == toolchain.FoundCompiler(str(user), "the per-user install of `pybridge install-futhark`")
+    monkeypatch.setenv("PYBRIDGE_TOOLS", str(tmp_path / "elsewhere"))  # moves the install folder
+    assert toolchain.find_futhark() is None
+    monkeypatch.delenv("PYBRIDGE_TOOLS")
+    local = _fake_futhark(checkout / ".tools" / "bin" / "futhark")
     assert toolchain.futhark_compiler() == str(local)
+    assert toolchain.find_futhark().origin == f"this checkout's .tools ({checkout})"  # type: ignore[union-attr]
     recorded = _fake_futhark(tmp_path / "made" / "futhark")
-    (build / toolchain.RECORDED_COMPILER).write_text(f"{recorded}\n")
+    (checkout / "build" / toolchain.RECORDED_COMPILER).write_text(f"{recorded}\n")
     assert toolchain.futhark_compiler() == str(recorded)
+    (checkout / "build" / toolchain.RECORDED_COMPILER).write_text("made/futhark\n")  # relative: not make's record
+    assert toolchain.futhark_compiler() == str(local)
+    monkeypatch.setattr(paths, "source_checkout", lambda: None)  # an installed package: no checkout
+    assert toolchain.futhark_compiler() == str(user)
     on_path = _fake_futhark(tmp_path / "empty" / "futhark")
-    assert toolchain.futhark_compiler() == str(on_path)
+    assert toolchain.find_futhark() == toolchain.FoundCompiler(str(on_path), "PATH")
+    monkeypatch.setenv("PATH", f".:{tmp_path / 'nothing'}")  # a relative entry never counts
+    monkeypatch.chdir(tmp_path / "empty")
+    assert toolchain.futhark_compiler() == str(user)
     explicit = _fake_futhark(tmp_path / "mine" / "futhark")
     monkeypatch.setenv("FUTHARK", str(explicit))
-    assert toolchain.futhark_compiler() == str(explicit)
+    assert toolchain.find_futhark() == toolchain.FoundCompiler(str(explicit), "$FUTHARK")
     monkeypatch.setenv("FUTHARK", str(tmp_path / "missing"))
     assert toolchain.futhark_compiler() is None  # an explicit choice that does not exist is not replaced
+    assert "$FUTHARK names" in toolchain.not_found_reason()
 
 
 def test_a_recorded_compiler_that_is_gone_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.delenv("FUTHARK", raising=False)
-    monkeypatch.setenv("PYBRIDGE_TOOLS", str(tmp_path / "local"))
-    (tmp_path / toolchain.RECORDED_COMPILER).write_text(str(tmp_path / "deleted-checkout" / "futhark"))
-    monkeypatch.setattr(paths, "build_dirs", lambda: [tmp_path])
+    for var in ("FUTHARK", "PYBRIDGE_TOOLS"):
+        monkeypatch.delenv(var, raising=False)
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / toolchain.RECORDED_COMPILER).write_text(str(tmp_path / "deleted-checkout" / "futhark"))
+    monkeypatch.setattr(paths, "source_checkout", lambda: tmp_path)
     user = _fake_futhark(tmp_path / "data" / "pybridge" / "tools" / "bin" / "futhark")
     assert toolchain.futhark_compiler() == str(user)
 
 
-def test_install_futhark_uses_the_per_user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With a compiler already on PATH the script only reports it (no download in a test)."""
+def _stub_install_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """install-futhark.sh replaced by one that logs how it was called (no download in a test)."""
+    log = tmp_path / "installer.log"
+    stub = tmp_path / "stub" / "install-futhark.sh"
+    stub.parent.mkdir()
+    stub.write_text(f'echo "$* PYBRIDGE_TOOLS=$PYBRIDGE_TOOLS" >> "{log}"\necho "$PYBRIDGE_TOOLS/bin/futhark"\n')
+    monkeypatch.setattr(toolchain, "install_script", lambda: stub)
+    return log
+
+
+def test_install_futhark_names_the_compiler_found_and_downloads_only_when_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33: `pybridge install-futhark` said no compiler was found and downloaded 24 MB while
+    `pybridge info` used one. Now it names the one the shared lookup finds, and installs into the
+    per-user folder only with --force, or when there is none."""
+    from pybridge.cli import main
+
+    log = _stub_install_script(tmp_path, monkeypatch)
     on_path = _fake_futhark(tmp_path / "bin" / "futhark")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
-    monkeypatch.delenv("FUTHARK", raising=False)
+    for var in ("FUTHARK", "PYBRIDGE_TOOLS"):
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    assert toolchain.install_script() is not None
-    assert toolchain.install_futhark() == str(on_path)
-    assert (tmp_path / "data" / "pybridge" / "tools").is_dir()
+    monkeypatch.setattr(paths, "source_checkout", lambda: None)  # as installed
+    per_user = tmp_path / "data" / "pybridge" / "tools"
+    assert main(["install-futhark"]) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == [str(on_path)] and not log.exists()
+    assert f"a Futhark compiler is already found: {on_path} (Futhark 0.25.32), from PATH; nothing downloaded" in err
+    assert main(["info"]) == 0
+    assert f"Futhark 0.25.32 ({on_path}; from PATH)" in capsys.readouterr().out
+    assert main(["install-futhark", "--force"]) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == [str(per_user / "bin" / "futhark")]
+    assert log.read_text() == f"--force PYBRIDGE_TOOLS={per_user}\n"
+    assert per_user.is_dir()
+    assert f"builds use {on_path} (from PATH), which comes first" in err
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # none found: it installs without being asked
+    assert main(["install-futhark"]) == 0
+    assert log.read_text().count("--force") == 2
+    monkeypatch.setenv("FUTHARK", str(tmp_path / "typo"))  # an install would not be used: say so instead
+    assert main(["install-futhark"]) == 1
+    assert "$FUTHARK names" in capsys.readouterr().err and log.read_text().count("--force") == 2
 
 
 def test_installed_layout_is_not_mistaken_for_a_checkout() -> None:
@@ -268,7 +333,7 @@ def test_installed_layout_is_not_mistaken_for_a_checkout() -> None:
 
 
 def _setuptools_at_least_64() -> None:
-    pytest.importorskip("setuptools", minversion="64", reason="setup.py needs setuptools >= 64 (pip install '.[test]')")
+    pytest.importorskip("setuptools", minversion="64", reason="setup.py needs setuptools >= 64 (pip install 'setuptools>=64')")
 
 
 def test_one_version_source_and_the_metadata_users_expect() -> None:
@@ -283,7 +348,7 @@ def test_one_version_source_and_the_metadata_users_expect() -> None:
     try:
         import importlib.metadata as md
 
-        installed = md.version("pybridge")
+        installed = md.version(DISTRIBUTION)
     except Exception:  # noqa: BLE001 - not installed (the source tree): nothing more to compare
         return
     if paths.source_checkout() is None:
@@ -297,7 +362,7 @@ def sdist(tmp_path_factory: pytest.TempPathFactory) -> tarfile.TarFile:
     r = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "--dist-dir", str(out)], cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    (archive,) = out.glob("pybridge-*.tar.gz")
+    (archive,) = out.glob("pybridge[-_]futhark-*.tar.gz")  # setuptools >= 69.3 writes the normalised name
     return tarfile.open(archive)
 
 
@@ -318,14 +383,30 @@ def _wheel(tree: Path, out: Path, env: dict[str, str]) -> zipfile.ZipFile:
     return zipfile.ZipFile(whl)
 
 
+def _build_machine_paths(wheel: zipfile.ZipFile, *paths: str) -> list[tuple[str, str]]:
+    """(member, path) for every member of ``wheel`` whose bytes name one of ``paths``."""
+    return [(name, p) for name in wheel.namelist() for p in paths if p.encode() in wheel.read(name)]
+
+
 @pytest.mark.futhark
 def test_the_wheel_is_platform_tagged_and_never_carries_a_stale_library(tmp_path: Path) -> None:
     _setuptools_at_least_64()
     if not (ROOT / "build" / "futhark" / "c" / "libdot.so").is_file():
         pytest.skip("build/futhark/c not built: run `make`")
     tree = _copy_tree(tmp_path / "src", with_build=True)
+    (tree / "build" / toolchain.RECORDED_COMPILER).write_text(f"{tree}/.tools/bin/futhark\n")  # as make writes it
+    nvcc = shutil.which("nvcc")
+    if nvcc and MAKE:  # one CUDA output too: nvcc's -lineinfo would write the build folder into it
+        r = subprocess.run([MAKE, "build/cuda/saxpy.ptx", f"NVCC={nvcc}"], cwd=tree, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
     env = {**os.environ, "PYBRIDGE_NO_MAKE": "1"}
     first = _wheel(tree, tmp_path / "w1", env)
+    # Issue 33: no path of the machine that built it (the compiler record named one).
+    assert not [n for n in first.namelist() if n.endswith(toolchain.RECORDED_COMPILER)]
+    compiler = futhark_compiler()
+    machine = {str(tree), str(ROOT), os.path.realpath(ROOT), *([str(Path(compiler).parent)] if compiler else [])}
+    assert _build_machine_paths(first, *machine) == []
+    assert ("pybridge/_build/cuda/saxpy.ptx" in first.namelist()) == bool(nvcc and MAKE)
     # The compiled call path built (CI requires it): one abi3 wheel for CPython 3.10 and later.
     assert Path(first.filename).name.endswith("-cp310-abi3-linux_x86_64.whl"), first.filename
     assert "pybridge/futhark/_callpath.abi3.so" in first.namelist()

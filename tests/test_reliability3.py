@@ -22,14 +22,16 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 import pybridge.futhark as pf
-from pybridge.futhark.build import futhark_compiler
 from pybridge.futhark import callpath
+from pybridge.futhark.build import futhark_compiler
+from pybridge.ownership import TEMP_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 ALIASING = ROOT / "tests" / "programs" / "aliasing.fut"
 TYPES = ROOT / "tests" / "reference" / "types.fut"
 
 pytestmark = [
+    pytest.mark.slow,  # left out of the quick subset (-m 'not slow')
     pytest.mark.futhark,
     pytest.mark.skipif(futhark_compiler() is None, reason="no Futhark compiler: run scripts/install-futhark.sh"),
 ]
@@ -164,36 +166,42 @@ def test_a_parameter_or_field_named_self_passes_by_keyword(tmp_path: Path) -> No
             lib.addself(1, self=2)  # given twice: the usual binding error, naming it
 
 
-def _stale_tmp(parent: Path, name: str, age: float) -> Path:
-    d = parent / f".{name}.tmpabc123"
+def _left_folder(parent: Path, name: str, marked: bool = True) -> Path:
+    """A folder as a killed build (or an interrupted removal) leaves it: pybridge's mark first."""
+    from pybridge.ownership import MARK
+
+    d = parent / name
     d.mkdir(parents=True)
+    if marked:
+        (d / MARK).write_text("made by pybridge\n")
     (d / "half-written.c").write_text("int x;")
-    t = __import__("time").time() - age
-    os.utime(d, (t, t))
     return d
 
 
 def test_stale_build_folders_are_swept_but_never_one_in_use(tmp_path: Path, monkeypatch) -> None:
-    """A killed build leaves its .tmp folder: the next build in that cache folder removes it,
-    unless its build lock is held (a build running now, here in another thread or in another
-    process) or it is younger than STALE_TMP_S."""
+    """A killed build leaves its .pybridge-tmp- folder, an interrupted removal its .pybridge-trash-
+    folder: the next build in that cache folder removes them, unless a build holds the folder's mark
+    (a build running now, here in another thread or in another process), and never an unmarked one."""
     import threading
 
-    from pybridge import cache
+    from filelock import FileLock
+
     from pybridge.futhark import build
+    from pybridge.ownership import MARK
 
     monkeypatch.setenv("PYBRIDGE_CACHE", str(tmp_path / "cache"))
     src = tmp_path / "tiny.fut"
     src.write_text("entry f (x: i32) : i32 = x + 1\n")
     parent = tmp_path / "cache" / "programs" / "c"
-    stale = _stale_tmp(parent, "old-000000000000", 3600)
-    young = _stale_tmp(parent, "young-000000000000", 0)
-    busy = _stale_tmp(parent, "busy-000000000000", 3600)
-    other = _stale_tmp(parent, "other-000000000000", 3600)
+    stale = _left_folder(parent, ".pybridge-tmp-old-000000000000-abcd1234")
+    trash = _left_folder(parent, ".pybridge-trash-gone-000000000000-abcd1234")
+    busy = _left_folder(parent, ".pybridge-tmp-busy-000000000000-abcd1234")
+    other = _left_folder(parent, ".pybridge-tmp-other-000000000000-abcd1234")
+    unmarked = _left_folder(parent, ".pybridge-tmp-mine", marked=False)
     held, release = threading.Event(), threading.Event()
 
     def hold_in_thread() -> None:
-        with cache.entry_lock(parent / "busy-000000000000"):  # the build lock of that entry
+        with FileLock(busy / MARK):  # the build writing that folder holds its mark
             held.set()
             release.wait(60)
 
@@ -201,7 +209,7 @@ def test_stale_build_folders_are_swept_but_never_one_in_use(tmp_path: Path, monk
     t.start()
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import fcntl, os, sys, time
-        fd = os.open({str(parent / '.other-000000000000.lock')!r}, os.O_RDWR | os.O_CREAT)
+        fd = os.open({str(other / MARK)!r}, os.O_RDWR)
         fcntl.flock(fd, fcntl.LOCK_EX)
         print("held", flush=True)
         time.sleep(60)
@@ -210,18 +218,19 @@ def test_stale_build_folders_are_swept_but_never_one_in_use(tmp_path: Path, monk
         assert holder.stdout.readline().strip() == "held" and held.wait(30)
         so = build.build_program(src, backend="c")
         assert so.is_file()
-        assert not stale.exists()
-        assert young.exists() and busy.exists() and other.exists()
+        assert not stale.exists() and not trash.exists()
+        assert busy.exists() and other.exists() and unmarked.exists()
     finally:
         release.set()
         t.join()
         holder.kill()
         holder.wait()
-    assert sorted(p.name for p in parent.iterdir() if ".tmp" in p.name) == sorted(p.name for p in (young, busy, other))
+    assert sorted(p.name for p in parent.iterdir() if p.name.startswith(".pybridge-")) == sorted(
+        p.name for p in (busy, other, unmarked))
 
 
 def test_an_interrupted_build_leaves_no_folder(tmp_path: Path) -> None:
-    """SIGINT while the Futhark compiler runs: KeyboardInterrupt, and no .tmp folder stays."""
+    """SIGINT while the Futhark compiler runs: KeyboardInterrupt, and no temporary folder stays."""
     src = tmp_path / "slowish.fut"
     src.write_text("entry f (xs: []f32) : f32 = f32.sum (map (\\x -> x * 2) xs)\n")
     cache = tmp_path / "cache"
@@ -239,15 +248,15 @@ def test_an_interrupted_build_leaves_no_folder(tmp_path: Path) -> None:
     import time
 
     deadline = time.time() + 60
-    while time.time() < deadline and not (parent.is_dir() and any(".tmp" in p.name for p in parent.iterdir())):
+    while time.time() < deadline and not (parent.is_dir() and any(p.name.startswith(TEMP_PREFIX) for p in parent.iterdir())):
         time.sleep(0.01)
-    assert any(".tmp" in p.name for p in parent.iterdir()), "the build never started"
+    assert any(p.name.startswith(TEMP_PREFIX) for p in parent.iterdir()), "the build never started"
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
     assert out.strip() in ("interrupted", "finished"), out + err
-    assert [p.name for p in parent.iterdir() if ".tmp" in p.name] == []
+    assert [p.name for p in parent.iterdir() if p.name.startswith(TEMP_PREFIX)] == []
 
 
 # ---------------------------------------------------------------- 5: Ctrl-C
@@ -374,6 +383,35 @@ def test_ctrl_c_at_random_moments_of_general_path_calls(backend: str, mode: str)
     r = interrupt_scenario("general", backend, mode=mode)
     assert r["interrupted"] > 200 and r["stuck"] == 0 and r["errors"] == [] and r["usable"], r
     assert r["rss_growth"] < 4 << 20, r
+
+
+@pytest.mark.parametrize("backend", backends("c", "multicore"))
+def test_memory_after_many_interrupted_calls_comes_back(backend: str) -> None:
+    """400 calls of 1-6 MB (general path, fast path, consuming) with SIGALRM at a random moment of
+    each (about half land): nothing stays registered, and after ``clear_caches()`` and glibc's
+    ``malloc_trim(0)`` malloc holds and rss shows no more than before (RELIABILITY.md, "Memory
+    after many calls"). Before csource.py's "clear-caches-frees-host-blocks" 33 MB stayed: the
+    blocks of 1 MiB and more in Futhark's free list, which clear_caches kept (issue 31's "33 MB
+    after 6,000 SIGINTs, 8 MB explained")."""
+    r = interrupt_scenario("memory", backend, rounds=400)
+    assert r["interrupted"] > 100 and r["live"] == 0, r
+    assert r["cached"] > 8 << 20, r  # the calls did leave blocks in the free list: the case is exercised
+    assert r["malloc_growth"] < 1 << 20 and r["rss_growth"] < 4 << 20, r
+
+
+@pytest.mark.parametrize("backend", backends("c", "multicore"))
+def test_a_value_whose_handle_lost_its_finaliser_is_freed_when_its_key_is_reused(backend: str) -> None:
+    """A Ctrl-C at the first instruction of a live handle's __del__ makes Python skip the body,
+    which leaves the value registered under the dead handle's id; a new handle at that address
+    (new(), a call plan's result, a general-path result, a record result) frees it before taking
+    the key. Found by 12,000 interrupted calls on multicore (2 such values of 1.2 and 3.2 MB, one
+    the address had already been reused for: a 6 MB rise after clear_caches and malloc_trim); before
+    context.py's free_orphan, every case here left its 1-2 MB allocated for good."""
+    r = interrupt_scenario("orphan", backend)
+    assert r["usable"], r
+    for how, case in r["cases"].items():
+        assert case["orphaned"] == 1 and case["reused"] and case["live"] == 0, (how, case)
+        assert case["malloc_growth"] < 1 << 19, (how, case)
 
 
 def test_no_module_is_imported_by_a_call() -> None:

@@ -47,6 +47,8 @@ from pybridge.testing import (
 from pybridge.futhark.source import TypeExpr, load_source, parse_dims, parse_entry_header, parse_source
 from pybridge.testing.strategies import ArraySpec, PrimSpec, RecordArraySpec, RecordSpec, SumSpec
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "tests" / "reference"
 TOOLKIT = ROOT / "tests" / "toolkit"
@@ -1143,3 +1145,25 @@ def test_a_reference_that_raises_is_reported_with_the_input() -> None:
     assert (info.value.inputs["xs"] == 3).any()
     # with errors= a raising reference stays part of the specification (unchanged)
     check_against(naive, lambda xs: xs.max(), signature=sig, settings=NO_DB, errors=ValueError)
+
+
+def test_no_floating_point_warning_escapes_the_comparison() -> None:
+    """docs/testing.md: floating-point warnings of the comparison are silenced. An infinite result
+    with `Tolerance(reduction=True)` (rtol 0 times inf), overflowing bounds and ulps, through
+    compare, assert_close, a rule and check_against; under warnings-as-errors."""
+    import warnings
+
+    inf32 = np.array([np.inf, -np.inf, np.nan, 1.0, 3e38], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert compare(inf32, inf32.copy(), Tolerance(reduction=True), bound=lambda dtype: np.float64(1e308) * 10) == []
+        assert compare(inf32, inf32.copy(), Tolerance(ulps=2, rtol=1e-3)) == []
+        assert compare(np.float64(np.inf), np.float64(np.inf), Tolerance(rtol=1e-3), bound=np.inf) == []
+        assert compare(inf32[:1], inf32[1:2], Tolerance(reduction=True), bound=1.0)  # +inf vs -inf: a mismatch, no warning
+        assert_close(inf32, inf32.copy(), rtol=0.0, atol=0.0)
+        sig = "entry f [n] (xs: [n]f32) : [n]f32"
+        square = lambda xs: xs * xs * np.float32(1e30)  # noqa: E731 - overflows to inf on most inputs
+        check_against(square, square, signature=sig, settings=NO_DB, tolerance=Tolerance(reduction=True),
+                      inputs=InputOptions(allow_infinity=True, allow_nan=True), examples=[{"xs": inf32}])
+        check_against(square, square, signature=sig, settings=NO_DB,
+                      rule=lambda args, expected, got: bool(np.all((got == expected) | np.isnan(expected) | (got * 0 != 0))))

@@ -19,7 +19,7 @@ import pytest
 
 from pybridge.paths import find_build_file
 
-pytestmark = pytest.mark.futhark
+pytestmark = [pytest.mark.futhark, pytest.mark.slow]  # slow: left out of the quick subset (-m 'not slow')
 
 SCRIPT = Path(__file__).with_name("thread_scenarios.py")
 LONG = os.environ.get("PYBRIDGE_STRESS") == "long"

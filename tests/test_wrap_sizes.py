@@ -44,6 +44,8 @@ from conftest import library_sources
 
 import interface_gen as g
 
+pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
+
 ROOT = Path(__file__).resolve().parents[1]
 WRAP = ROOT / "tests" / "reference" / "wrap.fut"
 BACKENDS = ("c", "multicore", "cuda")

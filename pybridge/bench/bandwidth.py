@@ -30,7 +30,7 @@ BYTES_PER_ELEMENT = {"copy": 8, "saxpy": 12, "sum": 4, "scan": 8}
 DEFAULT_EXPONENTS = (24, 26, 28)
 CPU_EXPONENTS = (20, 22)
 SAXPY_A = 2.5
-# Issue 14: pybridge's saxpy, sum and scan at >= 90% of the copy's bandwidth, 2^24..2^28 elements.
+# The target: pybridge's saxpy, sum and scan at >= 90% of the copy's bandwidth, 2^24..2^28 elements.
 TARGET_PCT = 90.0
 TARGET_SIZES = (1 << 24, 1 << 28)
 

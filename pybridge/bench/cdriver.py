@@ -17,12 +17,12 @@ with ``dlopen``/``dlsym``) with four modes, each printing one line ``ns_per_call
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from ..executables import child_env, configured, find
 from ..paths import cache_dir
 from ..errors import PybridgeError
 
@@ -200,18 +200,18 @@ class DriverUnavailable(PybridgeError, RuntimeError):
 
 def driver_path() -> Path:
     """The compiled driver (built once per source version into the pybridge cache)."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    cc = configured("CC", "cc") or find("gcc") or find("clang")  # PATH's absolute folders only
     if cc is None:
         raise DriverUnavailable("no C compiler (cc) to build the C loop")
     digest = hashlib.sha256(C_SOURCE.encode()).hexdigest()[:12]
-    exe = cache_dir() / "bench" / f"cdriver-{digest}"
+    exe = cache_dir("bench") / f"cdriver-{digest}"
     if not exe.exists():
-        exe.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / "cdriver.c"
             src.write_text(C_SOURCE)
             tmp_exe = Path(tmp) / "cdriver"
-            proc = subprocess.run([cc, "-O2", "-o", str(tmp_exe), str(src), "-ldl"], capture_output=True, text=True)
+            proc = subprocess.run([cc, "-O2", "-o", str(tmp_exe), str(src), "-ldl"], capture_output=True, text=True,
+                                  env=child_env())
             if proc.returncode != 0:
                 raise DriverUnavailable(f"building the C loop failed: {proc.stderr.strip()[-300:]}")
             shutil.move(str(tmp_exe), exe)

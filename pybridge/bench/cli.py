@@ -1,4 +1,4 @@
-"""``pybridge bench <subcommand>``: one command for every benchmark (see ``pybridge bench -h``).
+"""``pybridge bench <subcommand>``: one command for every benchmark.
 
 Subcommands are modules of this package exposing ``HELP``, ``add_arguments(parser)`` and
 ``run(args) -> list[dict]`` (rows with "benchmark", "impl", "size", "median_us", ...); they are
@@ -14,10 +14,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ..cliargs import existing_file, output_file
 from . import report
 
 SUBCOMMANDS = ("overhead", "exchange", "fusion", "bandwidth", "matmul")
-# Run only when asked (not by `all`): scaling starts Dask clusters and needs pybridge[dask];
+# Run only when asked (not by `all`): scaling starts Dask clusters and needs dask and distributed;
 # programs compiles every program twice (executable and library) and takes minutes.
 EXTRA_SUBCOMMANDS = ("scaling", "programs")
 _HELP = {
@@ -27,7 +28,7 @@ _HELP = {
     "bandwidth": "saxpy / sum / scan bandwidth vs device copy (pybridge.bench.bandwidth)",
     "matmul": "matmul vs cuBLAS (pybridge.bench.matmul)",
     "programs": "real programs: pybridge vs the Futhark compiler's own executable (pybridge.bench.programs)",
-    "scaling": "strong/weak scaling over 1..N Dask workers or GPUs (pybridge.bench.scaling; needs pybridge[dask])",
+    "scaling": "strong/weak scaling over 1..N Dask workers or GPUs (pybridge.bench.scaling; needs dask and distributed)",
 }
 
 
@@ -38,40 +39,60 @@ def _module(name: str) -> tuple[Any, str]:
         return None, f"pybridge.bench.{name} is missing in this installation ({e})"
 
 
-def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p = parser_class(prog="pybridge bench", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="subcommand", required=True)
+DESCRIPTION = (
+    "Run a benchmark and print its table of median times: per-call overhead, zero-copy exchange, "
+    "fusion, bandwidth and matmul (each also run by `all`), scaling and real programs on their own; "
+    "report redraws tables from saved runs. --json keeps the rows, --png draws them, --markdown "
+    "writes BENCHMARKS.md. Without a GPU the GPU rows are skipped, each with the reason."
+)
+
+
+def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+                 parents: Sequence[argparse.ArgumentParser] = ()) -> argparse.ArgumentParser:
+    """The parser of ``pybridge bench``; ``parents`` add options to every subcommand (-v/-q)."""
+    p = parser_class(prog="pybridge bench", description=DESCRIPTION)
+    sub = p.add_subparsers(dest="subcommand", required=True, metavar="{" + ",".join([*SUBCOMMANDS, "all", *EXTRA_SUBCOMMANDS, "report"]) + "}")
+
+    def outputs(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--json", metavar="FILE", type=output_file, help="write the rows (and run metadata) as JSON")
+        sp.add_argument("--png", metavar="FILE", type=output_file, help="draw the rows (needs matplotlib)")
+        sp.add_argument("--markdown", metavar="FILE", type=output_file, help="(re)generate BENCHMARKS.md: targets, figures, tables")
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--quick", action="store_true", help="reduced sizes and repeats (CI, CPU-only machines)")
-        sp.add_argument("--json", metavar="FILE", help="write the rows (and run metadata) as JSON")
-        sp.add_argument("--png", metavar="FILE", help="draw the rows (needs matplotlib)")
-        sp.add_argument("--markdown", metavar="FILE", help="(re)generate BENCHMARKS.md: targets, figures, tables")
+        outputs(sp)
+
+    def add(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text.replace("%", "%%"), description=text.replace("%", "%%"),  # argparse formats help with %
+                              parents=list(parents))
 
     for name in SUBCOMMANDS + EXTRA_SUBCOMMANDS:
         mod, why = _module(name)
-        text = getattr(mod, "HELP", None) or _HELP[name] + ("" if mod else f" [{why}]")
-        sp = sub.add_parser(name, help=text.replace("%", "%%"))  # argparse formats help with %
+        sp = add(name, getattr(mod, "HELP", None) or _HELP[name] + ("" if mod else f" [{why}]"))
         common(sp)
         if mod is not None:
             mod.add_arguments(sp)
         sp.set_defaults(modules=[name])
-    a = sub.add_parser("all", help="every subcommand above but scaling and programs, in turn (each with its default options)")
+    a = add("all", "every subcommand above but scaling and programs, in turn (each with its default options)")
     common(a)
     a.set_defaults(modules=list(SUBCOMMANDS))
-    r = sub.add_parser("report", help="table / PNG / BENCHMARKS.md from earlier --json files (runs nothing)")
-    r.add_argument("inputs", nargs="+", metavar="JSON", help="files written by --json (rows are merged in order)")
+    r = add("report", "table / PNG / BENCHMARKS.md from earlier --json files (runs nothing)")
+    r.add_argument("inputs", nargs="+", metavar="JSON", type=existing_file("a JSON file written by --json"),
+                   help="files written by --json (rows are merged in order)")
     r.add_argument("--command", metavar="TEXT",
                    help="the command that made the runs, for BENCHMARKS.md's header (default: the first file's)")
-    common(r)
+    outputs(r)
     r.set_defaults(modules=[])
     return p
 
 
 def main(argv: Sequence[str] | None = None, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ns = build_parser(parser_class).parse_args(argv)
+    return run(build_parser(parser_class).parse_args(argv), argv)
+
+
+def run(ns: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Run the parsed ``pybridge bench`` command ``ns`` (``argv``: its arguments, for the metadata)."""
     rows: list[dict[str, Any]] = []
     failed = 0
     meta = None

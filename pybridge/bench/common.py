@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from ..cliargs import positive_int  # noqa: F401 - the bench modules' argparse type, imported from here
 from ..paths import find_build_file
 
 
@@ -27,17 +27,6 @@ def show(text: str) -> None:
         os.close(devnull)
 
 
-def positive_int(text: str) -> int:
-    """argparse type of counts and sizes: 0 or a negative number would time nothing (or divide by it)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1 (a positive integer), got {value}")
-    return value
-
-
 def row(benchmark: str, impl: str, size: int | None, stats: dict[str, float] | None, **extra: Any) -> dict[str, Any]:
     """One result row: {"benchmark", "impl", "size", "median_us", "min_us", "iqr_us", ...}."""
     out: dict[str, Any] = {"benchmark": benchmark, "impl": impl, "size": size, "median_us": None}
@@ -55,9 +44,9 @@ def skipped(benchmark: str, impl: str, reason: str, size: int | None = None) -> 
 def gpu_status() -> tuple[bool, str]:
     """(usable, why not): an NVIDIA driver with a device, and PyCUDA for pybridge.cuda."""
     try:
-        from ..futhark.library import _gpu_present
+        from ..backends import gpu_present
 
-        present, why = _gpu_present()
+        present, why = gpu_present()
     except Exception as e:  # noqa: BLE001
         return False, f"GPU probe failed: {e}"
     if not present:

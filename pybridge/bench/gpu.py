@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..distribution import install_hint
 from .common import positive_int, show
 from .timing import Timing, _summary, time_host
 
@@ -42,7 +43,7 @@ def gpu_unavailable() -> str | None:
     except Exception as e:  # noqa: BLE001 - any import failure means no GPU rows
         return f"pybridge.cuda cannot be imported ({e})"
     if not cuda.have_pycuda():
-        return "PyCUDA is not installed (pip install 'pybridge[cuda]')"
+        return f"PyCUDA is not installed ({install_hint('cuda')})"
     if cuda.device_count() == 0:
         return "no CUDA device found"
     return None

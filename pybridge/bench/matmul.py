@@ -30,7 +30,7 @@ HELP = "float32 matmul: pybridge kernel, Futhark, cuBLAS SGEMM (no TF32) and TF3
 DEFAULT_SIZES = (2048, 4096, 8192)
 CPU_SIZES = (256, 512)
 SGEMM = "cuBLAS SGEMM (CuPy)"
-# Issue 14: pybridge's float32 matmul at >= 75% of cuBLAS SGEMM, sizes 2048..8192.
+# The target: pybridge's float32 matmul at >= 75% of cuBLAS SGEMM, sizes 2048..8192.
 TARGET_PCT = 75.0
 TARGET_SIZES = (2048, 8192)
 

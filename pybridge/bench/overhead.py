@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cliargs import backend
 from .cdriver import DriverUnavailable, run_driver
 from .common import cuda_sync, gpu_status, optional, positive_int, probe_library, pycuda_status, row, skipped
 from .timing import Progress, measure
@@ -39,7 +40,7 @@ C_LAUNCH, C_LAUNCHER, GRAPH = "C loop cuLaunchKernel", "C loop launch_saxpy", "C
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", default=None, help="Futhark backend (default: cuda with a GPU, else c)")
+    p.add_argument("--backend", type=backend(), default=None, help="Futhark backend (default: cuda with a GPU, else c)")
     p.add_argument("--calls", type=positive_int, default=None, help="calls per timed batch")
     p.add_argument("--n", type=positive_int, default=4096, help="CUDA saxpy length (small: host-bound)")
 
@@ -156,7 +157,9 @@ def _futhark_ffi_row(b: str, so: Any, calls: int, repeat: int) -> dict[str, Any]
         shutil.copy(so.with_name(f"probe.{ext}"), tmp)
     # `python -m futhark_ffi.build` does nothing in 0.16 (no __main__ guard): call main().
     code = "import sys; sys.argv=['build','probe']; import futhark_ffi.build as b; b.main()"
-    env = dict(os.environ)
+    from ..executables import child_env
+
+    env = child_env()  # run in tmp (ours): python -c imports from there first
     cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
     if Path(cuda_home, "include", "cuda.h").exists():  # cuda backend: futhark-ffi's cffi build needs the headers
         env["CFLAGS"] = f"{env.get('CFLAGS', '')} -I{cuda_home}/include".strip()

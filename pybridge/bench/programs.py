@@ -33,7 +33,6 @@ there (random datasets drawn with NumPy as ``futhark dataset`` draws them).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import statistics
@@ -46,7 +45,9 @@ from typing import Any
 
 import numpy as np
 
+from ..cliargs import backend_list, existing_dir, existing_file, output_dir, positive_float
 from ..errors import PybridgeError
+from ..executables import child_env
 from .common import gpu_status, positive_int, row, show, skipped
 
 HELP = "real programs: pybridge on resident handles vs the Futhark compiler's own executable (futhark <backend>; -r N -t)"
@@ -55,7 +56,7 @@ TARGET_ADDED_MEDIAN_US = 2.0  # median over programs, c backend
 TARGET_ADDED_WORST_US = 4.0  # worst entry shape
 TARGET_RATIO_LONG = 1.02  # calls of 1 ms or more
 TARGET_OVER_BARE_MEDIAN_US, TARGET_OVER_BARE_WORST_US = 1.0, 2.0  # issue 34: pybridge - bare cffi, c, calls < 1 ms
-TARGET_RATIO_MEDIAN_ALL, TARGET_RATIO_WORST_ALL = 1.02, 1.2  # every pair (issue 23's cuda row)
+TARGET_RATIO_MEDIAN_ALL, TARGET_RATIO_WORST_ALL = 1.02, 1.2  # every pair (the cuda rows' targets)
 LONG_US = 1000.0
 ROUNDS = 6  # executable, pybridge and bare cffi alternate, runs split over this many rounds (each side first in two)
 
@@ -153,7 +154,7 @@ def parse_program(path: Path) -> Program:
 
 
 def _dataset_tool(futhark: str, args: list[str], stdin: bytes | None = None) -> bytes:
-    proc = subprocess.run([futhark, "dataset", "-b", *args], input=stdin, capture_output=True)
+    proc = subprocess.run([futhark, "dataset", "-b", *args], input=stdin, capture_output=True, env=child_env())
     if proc.returncode != 0:
         raise ProgramError(f"futhark dataset {' '.join(args)} failed: {proc.stderr.decode()[-200:]}")
     return proc.stdout
@@ -263,7 +264,9 @@ def compile_executable(futhark: str, src: Path, backend: str, work: Path) -> Pat
     if not dst.exists():
         shutil.copytree(src.parent, dst, ignore=shutil.ignore_patterns("*.c", "*.so", "data", "__pycache__"))
     exe = dst / src.stem
-    proc = subprocess.run([futhark, backend, "-o", str(exe), str(dst / src.name)], capture_output=True, text=True)
+    # futhark runs the C compiler ($CC, else cc) itself: by PATH's absolute folders only
+    proc = subprocess.run([futhark, backend, "-o", str(exe), str(dst / src.name)], capture_output=True, text=True,
+                          env=child_env())
     if proc.returncode != 0:
         raise ProgramError(f"futhark {backend} {src.name} failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
     return exe
@@ -424,7 +427,7 @@ def prepare(futhark: str, files: list[Path], backend: str, out: Path) -> list[di
             (d / "lib").mkdir(parents=True, exist_ok=True)
             (d / "data").mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, d / f.name)
-            env = {**os.environ, "CC": "true"}  # the C only: compiled where the GPU is
+            env = child_env(CC="true")  # the C only: compiled where the GPU is
             for cmd in ([futhark, backend, "-o", str(d / "exe" / f.stem), str(f)],
                         [futhark, backend, "--library", "-o", str(d / "lib" / f.stem), str(f)]):
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -443,7 +446,7 @@ def prepare(futhark: str, files: list[Path], backend: str, out: Path) -> list[di
 
 def compile_prepared(d: Path, backend: str) -> tuple[Program, Path, Path]:
     """(program, executable, library) from a ``--prepare`` folder, compiled here."""
-    from ..futhark.build import LINK_FLAGS, _cuda13_compat, _cuda_dirs, _run, compile_library
+    from ..futhark.build import LINK_FLAGS, _cuda13_compat, _cuda_dirs, _run, c_compiler, compile_library
 
     srcs = sorted(d.glob("*.fut"))
     if not srcs:
@@ -454,7 +457,7 @@ def compile_prepared(d: Path, backend: str) -> tuple[Program, Path, Path]:
     cflags, ldflags = _cuda_dirs() if backend == "cuda" else ([], [])
     if backend == "cuda":
         _cuda13_compat(exe_c, Path(cflags[0][2:]) / "cuda.h")
-    cc = os.environ.get("CC", "cc")  # the flags futhark <backend> uses for its executables
+    cc = c_compiler()  # with the flags futhark <backend> uses for its executables
     _run([cc, "-O3", "-std=c99", *cflags, "-o", str(exe), str(exe_c), *ldflags, *LINK_FLAGS[backend]], "C compiler")
     so = compile_library(d / "lib" / f"{stem}.c", backend, d / "lib" / f"lib{stem}.so")
     return prog, exe, so
@@ -469,15 +472,20 @@ def default_programs() -> list[Path]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="*", type=Path, help=".fut files with -- == datasets (default: benchmarks/programs/*.fut)")
-    p.add_argument("--backend", default=None,
-                   help="c, multicore, cuda, or all (every backend present; default: c, and cuda too with a GPU)")
+    p.add_argument("files", nargs="*", type=lambda t: Path(existing_file("a Futhark program (.fut)", ".fut")(t)),
+                   metavar="prog.fut", help=".fut files with -- == datasets (default: benchmarks/programs/*.fut)")
+    p.add_argument("--backend", type=_backend_choice, default=None,
+                   help="c, multicore, cuda (comma-separated), or all (every backend present; default: c, and cuda too with a GPU)")
     p.add_argument("--runs", type=positive_int, default=None, help="timed runs per dataset (default 50, --quick 5)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per executable run")
-    p.add_argument("--prepare", metavar="DIR", type=Path,
+    p.add_argument("--timeout", type=positive_float, default=300.0, help="seconds per executable run")
+    p.add_argument("--prepare", metavar="DIR", type=lambda t: Path(output_dir(t)),
                    help="only write the C and the literal datasets into DIR, for a machine without Futhark (default backend cuda)")
-    p.add_argument("--prebuilt", metavar="DIR", type=Path,
+    p.add_argument("--prebuilt", metavar="DIR", type=lambda t: Path(existing_dir(t)),
                    help="compile and run what --prepare wrote in DIR (no Futhark compiler needed; random inputs from NumPy)")
+
+
+def _backend_choice(text: str) -> str:
+    return text if text == "all" else ",".join(backend_list(("c", "multicore", "cuda"))(text))
 
 
 def backends(choice: str | None) -> list[str]:
@@ -661,7 +669,7 @@ def summary_rows(backend: str, rows: list[dict[str, Any]]) -> list[dict[str, Any
                 goal = {"target": target, "met": value <= target} if backend == "c" else {}
                 out.append(row(b, f"pybridge - bare cffi µs, calls < 1 ms: {what}", len(gaps), None, value=value, **goal))
     ratios = [r["ratio"] for r in done if r["ratio"] is not None]
-    if ratios:  # issue 23's cuda targets: over every pair
+    if ratios:  # the cuda targets: over every pair
         out.append(row(b, "ratio, all pairs: median", len(ratios), None, value=statistics.median(ratios),
                        target=TARGET_RATIO_MEDIAN_ALL, met=statistics.median(ratios) <= TARGET_RATIO_MEDIAN_ALL))
         out.append(row(b, "ratio, all pairs: worst", len(ratios), None, value=max(ratios),

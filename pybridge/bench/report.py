@@ -1,8 +1,8 @@
 """Output of ``pybridge bench``: a table on stdout, ``--json``, ``--png`` and ``--markdown``.
 
-``--markdown BENCHMARKS.md`` (re)writes the file from the rows: the targets of issues 13 and 14
-with the measured figure and, where one is missed, by how much; then every table. A hand-written
-notes section (between the ``notes`` markers) survives regeneration: that is where the "why" of a
+``--markdown BENCHMARKS.md`` (re)writes the file from the rows: every target (call and launch
+overhead, exchange, kernels, Dask, real programs) with the measured figure and, where one is
+missed, by how much; then every table. A hand-written notes section (between the ``notes`` markers) survives regeneration: that is where the "why" of a
 missed target lives.
 """
 
@@ -101,12 +101,12 @@ def write_png(path: str, rows: list[dict[str, Any]]) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------ targets of issues 13 and 14
+# ------------------------------------------------------------------ targets
 
 
 @dataclass(frozen=True)
 class Target:
-    issue: int
+    area: str  # what the target is about: the row's group in the table
     text: str
     check: Callable[[list[dict[str, Any]]], tuple[str, bool | None, str]]  # (figure, met, by how much)
 
@@ -216,7 +216,7 @@ def _external(bench: str, text: str) -> Callable[..., tuple[str, bool | None, st
 
 
 def _summary_target(backend: str, impl: str) -> Callable[..., tuple[str, bool | None, str]]:
-    """Targets of issue 23 judged by ``pybridge bench programs``' summary rows (value, target, met)."""
+    """Targets judged by ``pybridge bench programs``' summary rows (value, target, met)."""
 
     def check(rows: list[dict[str, Any]]) -> tuple[str, bool | None, str]:
         for r in rows:
@@ -232,59 +232,59 @@ def _summary_target(backend: str, impl: str) -> Callable[..., tuple[str, bool | 
 
 
 TARGETS: list[Target] = [
-    Target(13, "Futhark scalar entry point ≤ 0.8 µs and ≤ half of futhark-ffi (default mode)",
+    Target("Futhark calls", "Futhark scalar entry point ≤ 0.8 µs and ≤ half of futhark-ffi (default mode)",
            _ratio_target("futhark-call (", ov.FUT_DEFAULT, "futhark-call (", ov.FUT_FFI, 0.5, absolute=0.8)),
-    Target(13, "Futhark array entry point on resident handles ≤ 1.5× the bare cffi call",
+    Target("Futhark calls", "Futhark array entry point on resident handles ≤ 1.5× the bare cffi call",
            _ratio_target("futhark-array-call (", "pybridge lib.saxpy(a, hx, hy).free()", "futhark-array-call (",
                          "bare cffi entry + free", 1.5)),
-    Target(13, "Futhark entry point through pybridge vs the same call from C: ≤ 2 µs added (chain30)",
+    Target("Futhark calls", "Futhark entry point through pybridge vs the same call from C: ≤ 2 µs added (chain30)",
            _added_target("futhark-chain30 (", "pybridge chain30(h).free(); sync()", ov.FUT_C, 2.0)),
-    Target(13, "Checked kernel launch, PyCUDA path: cuda.launch(s, cfg, k, ...) ≤ CuPy RawKernel",
+    Target("kernel launches", "Checked kernel launch, PyCUDA path: cuda.launch(s, cfg, k, ...) ≤ CuPy RawKernel",
            _ratio_target("cuda-launch", ov.K_LAUNCH, "cuda-launch", ov.CUPY_RAW, 1.0)),
-    Target(13, "Checked kernel launch, PyCUDA path: k(..., grid=, block=) ≤ CuPy RawKernel",
+    Target("kernel launches", "Checked kernel launch, PyCUDA path: k(..., grid=, block=) ≤ CuPy RawKernel",
            _ratio_target("cuda-launch", ov.K_CHECKED, "cuda-launch", ov.CUPY_RAW, 1.0)),
-    Target(13, "Checked kernel launch, cffi host-launcher path ≤ CuPy RawKernel",
+    Target("kernel launches", "Checked kernel launch, cffi host-launcher path ≤ CuPy RawKernel",
            _ratio_target("cuda-launch", ov.L_CHECKED, "cuda-launch", ov.CUPY_RAW, 1.0)),
-    Target(13, "Prepared (unchecked per call) kernel launch ≤ 1.2× the C loop of cuLaunchKernel",
+    Target("kernel launches", "Prepared (unchecked per call) kernel launch ≤ 1.2× the C loop of cuLaunchKernel",
            _ratio_target("cuda-launch", ov.K_PREPARED, "cuda-launch", ov.C_LAUNCH, 1.2)),
-    Target(13, "Prepared host-launcher call ≤ 1.2× the C loop of launch_saxpy",
+    Target("kernel launches", "Prepared host-launcher call ≤ 1.2× the C loop of launch_saxpy",
            _ratio_target("cuda-launch", ov.L_PREPARED, "cuda-launch", ov.C_LAUNCHER, 1.2)),
-    Target(13, "Exchange with CuPy / PyTorch / numba, both directions, no copy: ≤ 2 µs on pybridge's side",
+    Target("exchange", "Exchange with CuPy / PyTorch / numba, both directions, no copy: ≤ 2 µs on pybridge's side",
            _exchange_target),
-    Target(14, "saxpy, sum, scan at 2^24–2^28: ≥ 90% of the copy bandwidth of the same run",
+    Target("kernels", "saxpy, sum, scan at 2^24–2^28: ≥ 90% of the copy bandwidth of the same run",
            _external("bandwidth", "see the bandwidth table")),
-    Target(14, "matmul f32 (no TF32) at 2048–8192: ≥ 75% of cuBLAS SGEMM of the same run",
+    Target("kernels", "matmul f32 (no TF32) at 2048–8192: ≥ 75% of cuBLAS SGEMM of the same run",
            _external("matmul", "see the matmul table")),
-    Target(23, "Exchange, pybridge's side, both directions: ≤ 2 µs, no host-blocking sync (tests/gpu/test_exchange_order.py)",
+    Target("exchange", "Exchange, pybridge's side, both directions: ≤ 2 µs, no host-blocking sync (tests/gpu/test_exchange_order.py)",
            _exchange_target),
-    Target(23, "cuda scalar entry point (with the sync it needs) ≤ 1.2× the bare cffi call + sync",
+    Target("cuda calls", "cuda scalar entry point (with the sync it needs) ≤ 1.2× the bare cffi call + sync",
            _ratio_target("futhark-call (cuda)", ov.FUT_DEFAULT, "futhark-call (cuda)", ov.FUT_CFFI_API, 1.2)),
-    Target(23, "cuda array entry point on resident handles ≤ 1.5× the bare cffi entry + free",
+    Target("cuda calls", "cuda array entry point on resident handles ≤ 1.5× the bare cffi entry + free",
            _ratio_target("futhark-array-call (cuda)", "pybridge lib.saxpy(a, hx, hy).free()", "futhark-array-call (cuda)",
                          "bare cffi entry + free", 1.5)),
-    Target(23, "30-op chain, pybridge vs the same library from C (cuda): ≤ +1 µs",
+    Target("cuda calls", "30-op chain, pybridge vs the same library from C (cuda): ≤ +1 µs",
            _added_target("futhark-chain30 (cuda)", "pybridge chain30(h).free(); sync()", ov.FUT_C, 1.0)),
-    Target(23, "pybridge.dask on one GPU, 4 chunks: ≥ 0.8 of one direct call (strong scaling)", _dask_target("direct")),
-    Target(23, "pybridge.dask on one GPU: faster than Dask + CuPy on the same graph", _dask_target("peer")),
-    Target(23, "Real programs, c: added per call over Futhark's own executable ≤ 2 µs (median, calls < 1 ms)",
+    Target("Dask", "pybridge.dask on one GPU, 4 chunks: ≥ 0.8 of one direct call (strong scaling)", _dask_target("direct")),
+    Target("Dask", "pybridge.dask on one GPU: faster than Dask + CuPy on the same graph", _dask_target("peer")),
+    Target("real programs", "Real programs, c: added per call over Futhark's own executable ≤ 2 µs (median, calls < 1 ms)",
            _summary_target("c", "added µs, calls < 1 ms: median")),
-    Target(23, "Real programs, c: added per call ≤ 4 µs for the worst entry shape (calls < 1 ms)",
+    Target("real programs", "Real programs, c: added per call ≤ 4 µs for the worst entry shape (calls < 1 ms)",
            _summary_target("c", "added µs, calls < 1 ms: worst")),
-    Target(23, "Real programs, c: calls of 1 ms or more ≤ 1.02× the executable (worst)",
+    Target("real programs", "Real programs, c: calls of 1 ms or more ≤ 1.02× the executable (worst)",
            _summary_target("c", "ratio, calls >= 1 ms: worst")),
-    Target(23, "Real programs, cuda: pybridge / executable ≤ 1.02 (median over all pairs)",
+    Target("real programs", "Real programs, cuda: pybridge / executable ≤ 1.02 (median over all pairs)",
            _summary_target("cuda", "ratio, all pairs: median")),
-    Target(23, "Real programs, cuda: pybridge / executable ≤ 1.2 (worst pair)",
+    Target("real programs", "Real programs, cuda: pybridge / executable ≤ 1.2 (worst pair)",
            _summary_target("cuda", "ratio, all pairs: worst")),
 ]
 
 
 def target_lines(rows: list[dict[str, Any]]) -> list[str]:
-    out = ["| issue | target | figure | met | missed by |", "|---|---|---|---|---|"]
+    out = ["| area | target | figure | met | missed by |", "|---|---|---|---|---|"]
     for t in TARGETS:
         fig, met, miss = t.check(rows)
         mark = {True: "yes", False: "**no**", None: "–"}[met]
-        out.append(f"| {t.issue} | {t.text} | {fig} | {mark} | {miss} |")
+        out.append(f"| {t.area} | {t.text} | {fig} | {mark} | {miss} |")
     return out
 
 
@@ -304,7 +304,7 @@ def write_markdown(path: str, rows: list[dict[str, Any]], meta: dict[str, Any], 
         "Every figure: median over batches after warm-up (min and interquartile range beside it), with the",
         "synchronisation each path needs inside the timed region; device times from CUDA events where shown.",
         "",
-        "## Targets (issues 13 and 14)",
+        "## Targets",
         "",
         *target_lines(rows),
         "",
@@ -348,8 +348,12 @@ def machine_meta(command: str) -> dict[str, Any]:
         try:
             import subprocess
 
-            name = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                  capture_output=True, text=True, timeout=20).stdout.strip() or "present"
+            from ..executables import child_env, find
+
+            smi = find("nvidia-smi")
+            name = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True,
+                                  text=True, timeout=20, env=child_env()).stdout.strip() if smi else ""
+            name = name or "present"
         except Exception:  # noqa: BLE001
             name = "present"
     return {"command": command, "machine": f"{platform.node()} {platform.machine()}", "gpu": name,

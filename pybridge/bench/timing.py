@@ -136,14 +136,19 @@ def measure(fn: Callable[[], Any], sync: Callable[[], Any] | None = None, *, cal
 
 
 class Progress:
-    """A one-line progress bar on stderr (long runs): ``with Progress(n, "overhead") as p: p.step()``."""
+    """A one-line progress bar on stderr (long runs): ``with Progress(n, "overhead") as p: p.step()``.
+
+    Drawn only where a person watches: stderr is a terminal (a log file gets no ``\\r`` lines) and
+    pybridge's log shows INFO (``pybridge -q`` hides it, as it hides the log)."""
 
     def __init__(self, total: int, label: str, enabled: bool = True) -> None:
+        import logging
         import sys
 
         self.total, self.label, self.done = max(total, 1), label, 0
         self.stream = sys.stderr
-        self.enabled = enabled
+        watched = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.enabled = enabled and watched and logging.getLogger("pybridge").isEnabledFor(logging.INFO)
 
     def step(self, what: str = "") -> None:
         self.done += 1

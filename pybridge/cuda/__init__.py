@@ -1,4 +1,4 @@
-"""pybridge.cuda: hand-written CUDA C kernels called from Python, checked and zero-copy.
+"""pybridge.cuda: hand-written CUDA C kernels called from Python, checked and zero-copy::
 
     from pybridge import cuda
     mod = cuda.load_module("saxpy")                        # build/cuda/saxpy.cubin (PTX fallback)
@@ -10,7 +10,7 @@
     mod = cuda.compile(cuda_c_text, options=["-DBLOCK=128"])   # your own CUDA C (or load_module("k.cu"))
     mod.kernel("saxpy")                                    # declared in the source: see declarations
 
-Layers (cuda.core's model: Program -> ObjectCode -> Kernel, launch(stream, config, kernel, *args)):
+Layers (cuda.core's model: Program -> ObjectCode -> Kernel, ``launch(stream, config, kernel, *args)``):
 signature (declarations) -> module (cubin/PTX via PyCUDA) -> kernel (checked, prepared launches)
 -> launch; launch_config (grid/block sizes) sits below kernel. declarations (read from CUDA C
 source) and compiler (nvcc, cached) feed module for your own sources. context says which CUDA
@@ -21,7 +21,7 @@ The project's own kernels as whole operations live in :mod:`pybridge.demo.catalo
 
 PyCUDA is optional at import time: ``import pybridge.cuda`` works without it (signatures, argument
 checks, errors and launch configurations are pure Python); whatever needs the GPU raises an
-ImportError saying ``pip install 'pybridge[cuda]'``.
+ImportError saying ``pip install pycuda``.
 """
 
 from __future__ import annotations

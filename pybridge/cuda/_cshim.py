@@ -19,7 +19,6 @@ import hashlib
 import io
 import os
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ def compile_shim(tag: str, cdef: str, source: str, **set_source_kwargs: Any) -> 
     import cffi
 
     from ..futhark.binding import _import_from
+    from ..ownership import temporary_folder
     from ..paths import cache_dir
 
     key = f"{tag}\0{cdef}\0{source}\0{sorted(set_source_kwargs.items())}\0{cffi.__version__}\0{sys.version}"
@@ -48,19 +48,18 @@ def compile_shim(tag: str, cdef: str, source: str, **set_source_kwargs: Any) -> 
             raise ImportError(_failures[name])
         module = sys.modules.get(name)
         if module is None:
-            out = cache_dir() / "ffi"
+            out = cache_dir("ffi")
             found = sorted(out.glob(f"{name}.*.so")) + sorted(out.glob(f"{name}.so"))
             try:
                 if not found:
                     builder = cffi.FFI()
                     builder.cdef(cdef)
                     builder.set_source(name, source, **set_source_kwargs)
-                    out.mkdir(parents=True, exist_ok=True)
-                    # Built in a private directory, then renamed into place: another process
-                    # building the same shim at the same time never sees a half-written file.
-                    with tempfile.TemporaryDirectory(dir=out, prefix=f".{name}-") as tmp, \
+                    # Built in a private folder of pybridge's, then renamed into place: another
+                    # process building the same shim at the same time never sees a half-written file.
+                    with temporary_folder(out, name) as tmp, \
                             contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                        built = Path(builder.compile(tmpdir=tmp, verbose=False))
+                        built = Path(builder.compile(tmpdir=str(tmp), verbose=False))
                         final = out / built.name
                         os.replace(built, final)
                     found = [final]

@@ -6,7 +6,9 @@
 (``pybridge.cuda.compile(text)`` and ``pybridge.cuda.load_module("my_kernels.cu")`` build and load;
 ``pybridge build my_kernels.cu`` builds from the command line.)
 
-**Flags.** The Makefile's (:data:`NVCC_FLAGS`: ``-O3 -std=c++17 -lineinfo``) followed by the caller's
+**Flags.** The Makefile's plus -lineinfo (:data:`NVCC_FLAGS`: ``-O3 -std=c++17 -lineinfo``: these
+builds stay on this machine, where line tables help a profiler; the Makefile's ship in the wheel,
+so they leave out the build folder's path) followed by the caller's
 ``options`` (an ``-O`` or ``-std`` there replaces the default one): machine code (cubin) for the
 architecture and PTX of the same level, which the driver JIT-compiles where the cubin does not run.
 The compile goes through PyCUDA's compiler (``pycuda.compiler.compile``, its own cache off) when
@@ -34,17 +36,17 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from ..executables import child_env, configured
+from ..ownership import is_real_dir, is_regular, lock, real_folder, sweep, temporary_folder
 from ..paths import cache_dir
 from .context import compute_capability, have_pycuda
 from .declarations import SourceDeclarations, read_declarations
@@ -62,7 +64,7 @@ __all__ = [
     "parse_diagnostics",
 ]
 
-#: The Makefile's NVCCFLAGS.
+#: The Makefile's NVCCFLAGS plus -lineinfo (the module docstring says why).
 NVCC_FLAGS: tuple[str, ...] = ("-O3", "-std=c++17", "-lineinfo")
 _CACHE_VERSION = "pybridge-cuda-cache-1"  # bump when the entry layout or key changes
 # Environment variables nvcc reads as extra flags: they change the output, so they are in the key.
@@ -129,6 +131,7 @@ class CompileError(PybridgeError, RuntimeError):
         self.file = first.file if first else None
         self.line = first.line if first else None
         head = f"{summary}: {first}" if first else summary
+        self.summary = summary  # without the compiler's text (pybridge build prints that once, after it)
         text = output.strip()
         super().__init__(f"{head}\n{text}" if text else head)
 
@@ -171,7 +174,7 @@ def default_arch(device: int = 0) -> str:
 
 def _nvcc() -> str:
     exe = os.environ.get("NVCC") or "nvcc"
-    found = shutil.which(exe)
+    found = configured("NVCC", "nvcc")  # PATH's absolute folders only (pybridge.executables)
     if found is None:
         raise CompileError(
             f"the CUDA compiler {exe!r} was not found: install the CUDA toolkit "
@@ -188,7 +191,7 @@ def _nvcc_identity(nvcc: str) -> tuple[str, Path]:
     """(nvcc --version text, the toolkit root whose headers the version covers), once per process."""
     with _version_lock:
         if nvcc not in _versions:
-            proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
+            proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True, env=child_env())
             if proc.returncode != 0:
                 raise CompileError(f"{nvcc} --version failed", proc.stdout + proc.stderr, [nvcc, "--version"])
             # /usr/local/bin/nvcc may be a wrapper script: the toolkit is where nvcc -MM finds
@@ -202,7 +205,7 @@ def _toolkit_root(nvcc: str) -> Path:
     with tempfile.TemporaryDirectory(prefix="pybridge-nvcc-") as d:
         empty = Path(d) / "empty.cu"
         empty.write_text("")
-        proc = subprocess.run([nvcc, "-MM", str(empty)], capture_output=True, text=True)
+        proc = subprocess.run([nvcc, "-MM", str(empty)], capture_output=True, text=True, env=child_env())
     for dep in _make_deps(proc.stdout):
         if dep.name == "cuda_runtime.h":
             return dep.resolve().parent.parent  # <toolkit>/targets/<triple>/include -> <toolkit>/targets/<triple>
@@ -370,35 +373,35 @@ def build_source(
     env_flags = tuple(f"{v}={os.environ.get(v, '')}" for v in _NVCC_ENV)
     job = _Job(text, display, name or default_name, path, tuple(dirs), checked_options,
                sm, compute, nvcc, version, toolkit, env_flags)
-    return _Cache(cache_dir() / "cuda").build(job, rebuild)
+    return _Cache(cache_dir("cuda")).build(job, rebuild)
 
 
 class _Cache:
     def __init__(self, root: Path) -> None:
         self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        (root / "direct").mkdir(exist_ok=True)
+        real_folder(root, "direct")
 
     # ---- keys
     def _headers(self, job: _Job) -> list[Path]:
         """Every non-toolkit header the source includes, transitively (nvcc -MM)."""
         if not _INCLUDE.search(job.text) and not any(o.startswith(("-include", "--pre-include")) for o in job.options):
             return []
-        with tempfile.TemporaryDirectory(prefix="pybridge-deps-", dir=self.root) as d:
-            src = Path(d) / "source.cu"
-            src.write_text(job.compile_text)
-            cmd = [job.nvcc, "-MM", *job.flags, f"-arch={job.compute}", str(src)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+        with temporary_folder(self.root, "deps") as d:
+            (d / "source.cu").write_text(job.compile_text)
+            # Named without its folder (in the cache: its path may hold a carriage return, which
+            # nvcc's make rule would split); relative headers are found through -I of the caller's folder.
+            cmd = [job.nvcc, "-MM", *job.flags, f"-arch={job.compute}", "source.cu"]
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=d, env=child_env())
             if proc.returncode != 0:
                 raise CompileError(f"nvcc could not read the includes of {job.display}", proc.stdout + proc.stderr, cmd)
-            deps = _make_deps(proc.stdout)
-            src_resolved = src.resolve()
-        toolkit = job.toolkit.resolve()
-        found: list[Path] = []
-        for dep in deps:
-            r = dep.resolve()
-            if r != src_resolved and not r.is_relative_to(toolkit) and r not in found:
-                found.append(r)
+            deps = [dep if dep.is_absolute() else d / dep for dep in _make_deps(proc.stdout)]
+            src_resolved = (d / "source.cu").resolve()
+            toolkit = job.toolkit.resolve()
+            found: list[Path] = []
+            for dep in deps:
+                r = dep.resolve()
+                if r != src_resolved and not r.is_relative_to(toolkit) and r not in found:
+                    found.append(r)
         return sorted(found)
 
     @staticmethod
@@ -441,7 +444,7 @@ class _Cache:
     # ---- entries
     @staticmethod
     def _complete(entry: Path) -> bool:
-        if not all((entry / f).is_file() for f in _ENTRY_FILES):
+        if not (is_real_dir(entry) and all(is_regular(entry / f) for f in _ENTRY_FILES)):
             return False
         with open(entry / "module.cubin", "rb") as f:
             return f.read(4) == b"\x7fELF"  # a truncated or foreign file is rebuilt
@@ -460,33 +463,26 @@ class _Cache:
         if not rebuild and self._complete(entry):
             _touch(entry)
             return self._result(job, entry, True)
-        with _locked(self.root / f"{key}.lock") as exclusive:
+        with lock(self.root / f"{key}.lock"):
             if not rebuild and self._complete(entry):
                 return self._result(job, entry, True)  # another thread or process made it meanwhile
-            for left in self.root.glob(f".tmp-{key[:12]}-*") if exclusive else ():
-                shutil.rmtree(left, ignore_errors=True)  # from a compile killed midway: we hold its lock
-            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:12]}-", dir=self.root))
-            try:
+            sweep(self.root)  # folders of compiles that were killed, of removals that were interrupted
+            with temporary_folder(self.root, key[:12]) as tmp:
                 log, compiled_by = _compile(job, tmp)
                 (tmp / "source.cu").write_text(job.text)
                 meta = {"name": job.name, "source": job.display, "arch": job.sm, "options": list(job.options),
                         "include_dirs": list(job.include_dirs), "nvcc": job.nvcc, "log": log, "compiled_by": compiled_by}
                 (tmp / "entry.json").write_text(json.dumps(meta, indent=1))
-                if entry.is_dir():
+                if is_real_dir(entry):
                     # Incomplete, or rebuild=True: replace it file by file (each rename atomic),
                     # never moving it away: readers that found it complete (they take no lock)
                     # may be reading its files right now. Same key, so old and new are equivalent.
                     for f in _ENTRY_FILES:
                         os.replace(tmp / f, entry / f)
                 else:
-                    try:
-                        os.replace(tmp, entry)
-                    except OSError:
-                        # Only without flock can another writer get here first; its entry is as good.
-                        if not self._complete(entry):
-                            raise
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+                    if os.path.lexists(entry):
+                        raise CompileError(f"{str(entry)!r} is in the way of the cache entry and is not pybridge's: remove it")
+                    os.rename(tmp, entry)
         from .. import cache
 
         cache.enforce_bound()
@@ -498,16 +494,6 @@ def _touch(entry: Path) -> None:
         os.utime(entry)  # least recently used first when the cache is over its bound
     except OSError:
         pass
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[bool]:
-    """An exclusive lock on ``path`` between processes and threads (:class:`filelock.FileLock`:
-    flock on POSIX, msvcrt's locking on Windows); yields True once it holds it."""
-    from filelock import FileLock
-
-    with FileLock(path):
-        yield True
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -554,7 +540,7 @@ def _compile_nvcc(job: _Job, target: str, arch: str, out: Path) -> tuple[bytes, 
     src.write_text(job.compile_text)
     dest = out / f"compile.{target}"
     cmd = [job.nvcc, f"--{target}", f"-arch={arch}", *job.flags, "-o", str(dest), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
     src.unlink(missing_ok=True)
     if proc.returncode != 0 or not dest.is_file():
         raise CompileError(f"nvcc could not compile {job.display} ({target} for {arch})", proc.stdout + proc.stderr, cmd)
@@ -586,12 +572,14 @@ def _compile_pycuda(pycuda, job: _Job, target: str, arch: str) -> tuple[bytes, s
 
 
 def describe(built: CompiledSource) -> str:
-    """What ``pybridge build x.cu`` prints: the images and each declared kernel."""
+    """What ``pybridge build x.cu`` prints: the images and each declared kernel (one whose declaration
+    cannot be used is left out: ``pybridge build`` reports it as an error)."""
     lines = [f"cubin ({built.arch}): {built.cubin}", f"ptx: {built.ptx}",
              f"options: {shlex.join(built.options)}", f"{'cached' if built.from_cache else 'compiled'}: {built.key}"]
     decls = built.declarations
     for kname, sig in sorted(decls.kernels.items()):
-        lines.append(f"kernel {sig}" if not isinstance(sig, Exception) else f"kernel {kname}: {str(sig).splitlines()[0]}")
+        if not isinstance(sig, Exception):
+            lines.append(f"kernel {sig}")
     for kname in sorted(decls.cpp_kernels):
         lines.append(f'kernel {kname}: C++ linkage (mangled name): declare it extern "C" to load it by name')
     return "\n".join(lines)

@@ -28,6 +28,14 @@ memory allocated in the other. The rules pybridge follows at that boundary:
   when it does not, copy it (``DeviceArray.copy()`` through the unified address space) before a
   kernel of ours reads it many times, or run the consumer in the owner's context.
 
+**Leaving the stack as we found it.** PyCUDA keeps one context stack per thread and aborts the
+whole process (``PyCUDA ERROR: The context stack was not empty upon module cleanup``, signal 6)
+when a thread ends with a context still on its stack. :func:`ensure_context` pushes once per
+thread and keeps the context current for that thread's later calls, so it also arranges the pop:
+at interpreter exit for the main thread (``atexit``), and when any other thread ends (a
+thread-local object whose finaliser pops, run by Python on that thread as it finishes: a thread
+pool's workers, a Dask worker's task threads).
+
 PyCUDA is optional: importing this module works without it, and the functions that need it raise
 an ImportError that says how to install it.
 """
@@ -37,6 +45,8 @@ from __future__ import annotations
 import atexit
 import threading
 from typing import Any
+
+from ..distribution import install_hint
 
 __all__ = [
     "PYCUDA_HINT",
@@ -48,10 +58,7 @@ __all__ = [
     "same_context",
 ]
 
-PYCUDA_HINT = (
-    "pybridge.cuda needs PyCUDA (and an NVIDIA GPU with its driver) for this: "
-    "pip install 'pybridge[cuda]'  (or: pip install pycuda)"
-)
+PYCUDA_HINT = f"pybridge.cuda needs PyCUDA (and an NVIDIA GPU with its driver) for this: {install_hint('cuda')}"
 
 _state_lock = threading.Lock()
 _primary: dict[int, Any] = {}  # device ordinal -> retained primary context (PyCUDA Context)
@@ -94,15 +101,34 @@ def device_count() -> int:
         return 0
 
 
+class _Pushed:
+    """The devices whose primary context this thread pushed. Held only by the thread's local
+    storage, so Python drops it, on that same thread, when the thread ends: its finaliser pops
+    what the thread pushed before PyCUDA's per-thread stack is destroyed (which aborts when not
+    empty). The main thread's pushes are popped at exit instead (``atexit``), before PyCUDA's
+    module cleanup."""
+
+    __slots__ = ("devices", "main", "__weakref__")
+
+    def __init__(self, main: bool):
+        self.devices: set[int] = set()
+        self.main = main
+
+    def __del__(self) -> None:
+        if not self.main:
+            _pop_pushed(self.devices)
+
+
 def ensure_context(device: int = 0) -> Any:
-    """Make the primary context of ``device`` current on this thread (once per thread); return it."""
-    pushed: set[int] | None = getattr(_tls, "pushed", None)
-    if pushed is not None and device in pushed:  # the every-launch path: two lookups, no allocation
+    """Make the primary context of ``device`` current on this thread (once per thread); return it.
+    The push is undone when the thread ends (see the module docstring)."""
+    pushed: _Pushed | None = getattr(_tls, "pushed", None)
+    if pushed is not None and device in pushed.devices:  # the every-launch path: two lookups, no allocation
         ctx = _primary.get(device)
         if ctx is not None:
             return ctx
     if pushed is None:
-        pushed = set()
+        pushed = _Pushed(threading.current_thread() is threading.main_thread())
     drv = _init()
     with _state_lock:
         ctx = _primary.get(device)
@@ -110,22 +136,31 @@ def ensure_context(device: int = 0) -> Any:
             ctx = drv.Device(device).retain_primary_context()
             _primary[device] = ctx
     ctx.push()
-    pushed.add(device)
-    _tls.pushed = pushed
-    if threading.current_thread() is threading.main_thread() and not getattr(_tls, "atexit", False):
-        atexit.register(_pop_at_exit, pushed)  # atexit runs on the main thread: pop only its pushes
-        _tls.atexit = True
+    pushed.devices.add(device)
+    if getattr(_tls, "pushed", None) is None:
+        _tls.pushed = pushed
+        if pushed.main:
+            atexit.register(_pop_at_exit, pushed)  # atexit runs on the main thread: pop only its pushes
     return ctx
 
 
-def _pop_at_exit(pushed: set[int]) -> None:
-    # Mirrors pycuda.autoprimaryctx: leave the context stack as we found it, then let PyCUDA drop
-    # its caches. Failures (a context killed by a sticky error) do not matter at exit.
+def _pop_pushed(devices: set[int]) -> None:
+    """Pop one context per device this thread pushed. Failures (a context killed by a sticky
+    error, a driver already gone) cannot be acted on this late."""
     try:
         drv = pycuda_driver()
-        for _ in list(pushed):
+        for _ in list(devices):
             drv.Context.pop()
-        pushed.clear()
+    except Exception:  # noqa: BLE001
+        pass
+    devices.clear()
+
+
+def _pop_at_exit(pushed: _Pushed) -> None:
+    # Mirrors pycuda.autoprimaryctx: leave the context stack as we found it, then let PyCUDA drop
+    # its caches.
+    _pop_pushed(pushed.devices)
+    try:
         from pycuda.tools import clear_context_caches
 
         clear_context_caches()

@@ -647,7 +647,9 @@ _NO_CONTEXT_CODES = frozenset({3, 201, 400})
 
 
 class Kernel:
-    """A CUDA kernel with a declaration; call it like a function::
+    """A CUDA kernel with a declaration.
+
+    Call it like a function::
 
         k(2.0, x, y, out, n, grid=grid_for(n, 256), block=256, stream=s)
     """

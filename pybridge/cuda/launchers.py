@@ -37,7 +37,7 @@ from .streams import DEFAULT_STREAM, as_stream
 
 __all__ = ["Launcher", "Launchers", "SidecarError", "cdef_for", "load_launchers", "read_sidecar"]
 
-CFFI_HINT = "the host launchers need cffi: pip install cffi  (it comes with pip install 'pybridge[cuda]')"
+CFFI_HINT = "the host launchers need cffi: pip install cffi"
 
 # Exported by every launcher library (kernels_cu/common.cuh).
 _COMMON_CDEF = """

@@ -73,7 +73,7 @@ def scatter(client: Any, x: Any) -> Whole:
 
 
 def map_blocks(target: Any, *args: Any, chunks: Sequence[Sequence[int]] | None = None,
-               name: str | None = None) -> da.Array:
+               name: str | None = None, sync: bool = False) -> da.Array:
     """Call an entry point once per block; the results are the blocks of a new dask array.
 
     Dask arrays among ``args`` are split into blocks (block k of each goes to call k); NumPy arrays
@@ -81,7 +81,9 @@ def map_blocks(target: Any, *args: Any, chunks: Sequence[Sequence[int]] | None =
     ``pybridge.dask.plan``), else a ValueError names both arguments. The result's chunks come from
     the result type's size names or, failing that, the first dask argument; ``chunks=`` overrides.
     ``name``: the result's key prefix, as in dask's own ``map_blocks`` (default: a hash of the
-    arguments, so the same call gives the same keys).
+    arguments, so the same call gives the same keys). ``sync=True``: each task waits for its GPU
+    work before it returns (GPU calls are asynchronous otherwise), so a finished task means a
+    computed block, and an error of that work names its block.
     """
     ref = entry(target)
     plan = plan_blocks(ref, args)
@@ -92,6 +94,8 @@ def map_blocks(target: Any, *args: Any, chunks: Sequence[Sequence[int]] | None =
         blocks.map_block,
         *(_whole(a) for a in args),
         entry=ref,
+        grid=blocks.Grid(out_chunks),
+        **({"sync": True} if sync else {}),
         chunks=out_chunks,
         drop_axis=list(range(len(out_chunks), rank)),  # a result of lower rank drops trailing axes
         dtype=dtype,

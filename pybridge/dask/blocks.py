@@ -24,12 +24,17 @@ from ..futhark import ArrayHandle, ArrayKind, FutharkError, Library
 from ..futhark.gpustream import futhark_stream
 from ..futhark.types import PRIMITIVES
 from ..ordering import LEGACY
-from .refs import EntryRef
-from .workers import DEVICE_ENV, Slot, device_ordinal, worker_device, worker_slot
+from .refs import GPU_BACKENDS, EntryRef
+from .workers import DEVICE_ENV, Slot, device_ordinal, worker_device, worker_label, worker_slot
 
 
 def is_device_array(x: Any) -> bool:
     return hasattr(x, "__cuda_array_interface__") and not isinstance(x, ArrayHandle)
+
+
+def array_module(x: Any) -> Any:
+    """``cupy`` for a device array, ``numpy`` otherwise: code that runs on both kinds of block."""
+    return _cupy() if is_device_array(x) else np
 
 
 def _cupy() -> Any:
@@ -45,6 +50,15 @@ def to_host_array(x: Any) -> np.ndarray:
     if callable(get):
         return np.asarray(get())
     return np.asarray(x)
+
+
+def wait_for_device(value: Any) -> None:
+    """Wait until the GPU work that made ``value`` (a device array, or a tuple/list holding some)
+    is done: its thread's current CuPy stream, which Futhark's results and the kernels a task
+    launched are ordered on. Nothing to wait for on host values."""
+    parts = value if isinstance(value, (tuple, list)) else (value,)
+    if any(is_device_array(v) for v in parts):
+        _cupy().cuda.get_current_stream().synchronize()
 
 
 def to_device_array(x: Any) -> Any:
@@ -126,25 +140,31 @@ def describe_block(block: Sequence[int] | None, nblocks: Sequence[int] | None, l
 
 
 def named_error(e: FutharkError, entry: EntryRef, where: str, block: Sequence[int] | None) -> FutharkError:
-    """The same kind of error, saying which entry point failed on which chunk."""
-    new = type(e)(f"{entry.name} failed on {where}: {e.message}", e.code, e.function)
+    """The same kind of error, saying which entry point failed on which chunk, and on which worker
+    (when it ran on one)."""
+    worker = worker_label()
+    on = f" on {worker}" if worker else ""
+    new = type(e)(f"{entry.name} failed on {where}{on}: {e.message}", e.code, e.function)
     new.entry = entry.name  # type: ignore[attr-defined]
     new.block = None if block is None else tuple(block)  # type: ignore[attr-defined]
+    new.worker = worker  # type: ignore[attr-defined]
     return new
 
 
 def call_entry(entry: EntryRef, args: Sequence[Any], block: Sequence[int] | None = None,
-               nblocks: Sequence[int] | None = None, location: Any = None) -> Any:
-    """Run ``entry`` on one block's arguments in this process's context; results as chunks."""
+               nblocks: Sequence[int] | None = None, location: Any = None, sync: bool = False) -> Any:
+    """Run ``entry`` on one block's arguments in this process's context; results as chunks.
+    ``sync``: wait for the call's GPU work before returning (Futhark's context sync: an error of
+    that work is raised here, naming the block)."""
     while True:
         slot = worker_slot(entry.library)
         with slot.lock:
             if not slot.library.closed:  # else it was discarded while this thread waited
-                return _call_locked(slot, entry, args, block, nblocks, location)
+                return _call_locked(slot, entry, args, block, nblocks, location, sync)
 
 
 def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequence[int] | None,
-                 nblocks: Sequence[int] | None, location: Any) -> Any:
+                 nblocks: Sequence[int] | None, location: Any, sync: bool = False) -> Any:
     lib = slot.library
     ep = lib.entry_points[entry.name]
     device = device_ordinal(worker_device(entry.library)) if lib.backend == "cuda" else 0
@@ -156,6 +176,8 @@ def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequen
     try:
         call_args = [_argument(lib, p.type, a, device, temps) for p, a in zip(ep.info.inputs, args)]
         results = ep(*call_args)
+        if sync and lib.backend in GPU_BACKENDS:
+            lib.context.sync()
         if isinstance(results, tuple):
             return tuple(_result(r, on_device, device, slot) for r in results)
         return _result(results, on_device, device, slot)
@@ -169,10 +191,33 @@ def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequen
                 h.free()
 
 
-def map_block(*args: Any, entry: EntryRef, block_info: dict[Any, Any] | None = None) -> Any:
-    """The task function of ``pybridge.dask.map_blocks`` (Dask fills in ``block_info``)."""
-    out = (block_info or {}).get(None, {})
-    return call_entry(entry, args, out.get("chunk-location"), out.get("num-chunks"), out.get("array-location"))
+class Grid:
+    """A result's chunks, handed to every task of a graph once: an object Dask does not walk into
+    when it looks for collections among the arguments (a tuple of 256 chunks would be walked)."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self, chunks: Sequence[Sequence[int]]):
+        self.chunks = tuple(tuple(int(n) for n in c) for c in chunks)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Grid, (self.chunks,))
+
+    def __dask_tokenize__(self) -> Any:
+        return ("pybridge-grid", self.chunks)
+
+
+def map_block(*args: Any, entry: EntryRef, grid: Grid | None = None,
+              block_id: Sequence[int] | None = None, sync: bool = False) -> Any:
+    """The task function of ``pybridge.dask.map_blocks``: Dask fills in ``block_id``; ``grid``
+    (the result's chunks, given once for the whole graph) places the block for error messages. (Dask's
+    ``block_info`` would say the same, but builds a dict per block on the client: several times
+    Dask's own cost per task.)"""
+    location = None
+    if block_id is not None and grid is not None:
+        location = [(sum(c[:i]), sum(c[: i + 1])) for c, i in zip(grid.chunks, block_id)]
+    nblocks = None if grid is None else tuple(len(c) for c in grid.chunks)
+    return call_entry(entry, args, block_id, nblocks, location, sync)
 
 
 def reduce_block(entry: EntryRef, block: tuple[int, ...], nblocks: tuple[int, ...], *args: Any) -> Any:

@@ -8,6 +8,9 @@
 - ``pin="index"``: every GPU stays visible and ``PYBRIDGE_DASK_DEVICE="#k"`` tells pybridge.dask
   which one this worker's contexts use.
 
+Its scheduler does not steal work: blocks sit on their GPU on purpose, and a task moved to another
+worker would drag its device inputs through the host.
+
 Without ``devices`` it is a plain ``LocalCluster`` (CPU backends). For a cluster started some other
 way, ``client.register_plugin(WorkerDevices(["#0", "#1"]))`` gives worker k (by name, else by
 order of arrival) device k mod n, before its first task creates a context.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+import dask
 from distributed import LocalCluster, Nanny, Scheduler, SpecCluster, WorkerPlugin
 
 from .workers import DEVICE_ENV
@@ -46,7 +50,10 @@ def local_cluster(n_workers: int | None = None, *, devices: Sequence[int | str] 
         env = {"CUDA_VISIBLE_DEVICES": _visible(devices, k)} if pin == "visible" else {DEVICE_ENV: f"#{d}"}
         workers[f"gpu-{k}"] = {"cls": Nanny, "options": {"nthreads": threads_per_worker, "env": env, "name": f"gpu-{k}"}}
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": kwargs.pop("dashboard_address")}}
-    return SpecCluster(workers=workers, scheduler=scheduler, **kwargs)
+    # No work stealing: blocks are placed on their GPU on purpose (pbd.random, pbd.spmd), and a
+    # stolen task moves its device inputs through the host.
+    with dask.config.set({"distributed.scheduler.work-stealing": False}):
+        return SpecCluster(workers=workers, scheduler=scheduler, **kwargs)
 
 
 class WorkerDevices(WorkerPlugin):
@@ -67,3 +74,58 @@ class WorkerDevices(WorkerPlugin):
         name = worker.name
         k = int(name) if isinstance(name, int) or str(name).isdigit() else abs(hash(worker.address))
         os.environ[DEVICE_ENV] = self.devices[k % len(self.devices)]
+
+
+# ---------------------------------------------------------------- dask-cuda's CPU pins
+
+
+def pin_problems(near: dict[int, set[int]], allowed: set[int]) -> dict[int, str]:
+    """For each GPU, why dask-cuda's CPU pin cannot be had here ('' where it can): dask-cuda pins a
+    GPU's worker to the CPUs NVML reports near that GPU (``os.sched_setaffinity``), which fails,
+    with only a warning, when none of them is in the set this process may run on (a container
+    limited to some cores), and half-works when only some are."""
+    out = {}
+    for gpu, cpus in near.items():
+        usable = cpus & allowed
+        if not cpus:
+            out[gpu] = "NVML reports no CPUs near this GPU"
+        elif not usable:
+            out[gpu] = (f"none of the {len(cpus)} CPUs near it ({_ranges(cpus)}) is among the {len(allowed)} this "
+                        f"process may use ({_ranges(allowed)}): sched_setaffinity fails and the worker stays unpinned")
+        elif usable != cpus:
+            out[gpu] = (f"only {len(usable)} of the {len(cpus)} CPUs near it may be used here ({_ranges(usable)}): "
+                        f"sched_setaffinity pins to those")
+        else:
+            out[gpu] = ""
+    return out
+
+
+def _ranges(cpus: set[int]) -> str:
+    xs = sorted(cpus)
+    parts, start = [], None
+    for i, c in enumerate(xs):
+        if start is None:
+            start = c
+        if i + 1 == len(xs) or xs[i + 1] != c + 1:
+            parts.append(f"{start}-{c}" if c != start else f"{c}")
+            start = None
+    return ",".join(parts)
+
+
+def cpu_affinity_report() -> dict[int, str]:
+    """:func:`pin_problems` for every GPU of this machine, from NVML (``pip install nvidia-ml-py``,
+    which dask-cuda needs anyway) and this process's allowed CPUs."""
+    import math
+
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        ncpu = os.cpu_count() or 1
+        near = {}
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            masks = pynvml.nvmlDeviceGetCpuAffinity(pynvml.nvmlDeviceGetHandleByIndex(i), math.ceil(ncpu / 64))
+            near[i] = {64 * w + b for w, m in enumerate(masks) for b in range(64) if (int(m) >> b) & 1}
+    finally:
+        pynvml.nvmlShutdown()
+    return pin_problems(near, set(os.sched_getaffinity(0)))

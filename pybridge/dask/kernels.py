@@ -132,6 +132,12 @@ def map_kernel(ref: KernelRef, *args: Any, out: str | None = None, block: int = 
 _kernels: dict[KernelRef, Any] = {}
 
 
+def forget_kernels() -> None:
+    """Drop this process's loaded kernels (the worker plugin's teardown): their modules go with
+    the last reference, while the worker's CUDA context is still there to unload them from."""
+    _kernels.clear()
+
+
 def _worker_kernel(ref: KernelRef) -> Any:
     k = _kernels.get(ref)
     if k is None:

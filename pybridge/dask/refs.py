@@ -62,7 +62,7 @@ class LibraryRef:
         if str(name_or_path).endswith(".fut"):
             from ..futhark.build import build_program
 
-            so = build_program(name_or_path, backend=backend or "c")
+            so = build_program(name_or_path, backend=backend)  # default: as pf.load's (backends.py)
         else:
             so, _ = resolve(name_or_path, backend)
         so = Path(so).resolve()

@@ -32,11 +32,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import PybridgeError
 from ..futhark import Library
 from ..futhark import load as _load
 from .refs import LibraryRef
 
 DEVICE_ENV = "PYBRIDGE_DASK_DEVICE"
+
+
+class WorkerLibraryError(PybridgeError, RuntimeError):
+    """A worker could not load a library (missing or unreadable file, no GPU, wrong backend...)."""
+
+
+def worker_label() -> str | None:
+    """This process's Dask worker, as errors name it ("worker 'gpu-1' (tcp://...)"); None outside
+    a worker's task (the threaded scheduler, a test)."""
+    try:
+        from distributed import get_worker
+
+        w = get_worker()
+    except (ImportError, ValueError):
+        return None
+    return f"worker {w.name!r} ({w.address})"
 
 
 def worker_device(ref: LibraryRef) -> str | None:
@@ -92,7 +109,15 @@ def worker_slot(ref: LibraryRef) -> Slot:
                 options = ref.options
                 if device is not None:
                     options["device"] = device
-                slot = Slot(_load(ref.path, backend=ref.backend, **options))
+                try:
+                    slot = Slot(_load(ref.path, backend=ref.backend, **options))
+                except Exception as e:
+                    where = worker_label() or f"process {os.getpid()}"
+                    on = f", device {device}" if device else ""
+                    raise WorkerLibraryError(
+                        f"{where} could not load {Path(ref.path).name} ({ref.backend}{on}) from {ref.path}: "
+                        f"{type(e).__name__}: {e}"
+                    ) from e
                 _slots[key] = slot
                 _created += 1
     return slot

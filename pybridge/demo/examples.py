@@ -29,7 +29,7 @@ Shared definitions that the CUDA kernels follow:
 
 These references are the project's only NumPy definitions of its kernels: the demo, the tests and
 the GPU tests all use them.  This module imports neither ``pybridge.futhark`` nor ``pybridge.cuda``;
-checking a result uses ``pybridge.testing`` (hypothesis: ``pip install 'pybridge[testing]'``).
+checking a result uses ``pybridge.testing`` (hypothesis: ``pip install hypothesis``).
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ __all__ = [
     "matmul_reference",
     "prefix_sum_reference",
     "saxpy_reference",
+    "saxpy_iter_reference",
+    "jacobi_reference",
     "sum_reference",
 ]
 
@@ -370,6 +372,25 @@ def saxpy_reference(a: Any, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
         return _F32(a) * np.asarray(xs, dtype=_F32) + np.asarray(ys, dtype=_F32)
 
 
+def saxpy_iter_reference(iters: Any, a: Any, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """``iters`` rounds of ``ys = a*xs + ys`` (futhark/saxpy.fut's saxpy_iter)."""
+    out = np.asarray(ys, _F32).copy()
+    for _ in range(max(0, int(iters))):
+        out = saxpy_reference(a, xs, out)
+    return out
+
+
+def jacobi_reference(steps: Any, g: np.ndarray) -> np.ndarray:
+    """``steps`` 5-point Jacobi steps in f32, first and last rows and columns fixed (futhark/jacobi.fut),
+    the terms added in the same order as the Futhark program."""
+    g = np.array(g, _F32, copy=True)
+    for _ in range(max(0, int(steps))):
+        new = g.copy()
+        new[1:-1, 1:-1] = _F32(0.25) * (g[:-2, 1:-1] + g[2:, 1:-1] + g[1:-1, :-2] + g[1:-1, 2:])
+        g = new
+    return g
+
+
 def sum_reference(xs: np.ndarray) -> np.float32:
     """The sum of f32 values, accumulated in f64 and rounded once to f32."""
     # f32 values are exact in f64; pairwise f64 summation errs by ~log2(n)*2^-53*sum|x|, far below f32.
@@ -523,6 +544,15 @@ def _saxpy_inputs(rng, size):
     return _F32(rng.uniform(0.5, 2.0)), _normal32(rng, size), _normal32(rng, size)
 
 
+def _saxpy_iter_inputs(rng, size):
+    return np.int32(rng.integers(0, 6)), _F32(rng.uniform(-1.0, 1.0)), _normal32(rng, size), _normal32(rng, size)
+
+
+def _jacobi_inputs(rng, size):
+    s = _side(size)
+    return np.int32(rng.integers(0, 5)), rng.random((s, s)).astype(_F32)
+
+
 def _sum_inputs(rng, size):
     return (_normal32(rng, size),)
 
@@ -613,6 +643,15 @@ def _saxpy_bound(args, expected):
     a, xs, ys = args
     ax = np.abs(_F64(a) * xs.astype(_F64))
     return 2.0 * _EPS32 * (ax + np.abs(ys.astype(_F64))) + 2.0 * _TINY32
+
+
+def _saxpy_iter_bound(args, expected):
+    iters, a, xs, ys = args
+    k = max(0, int(iters))
+    # |a| <= 1 in the catalog's inputs keeps every intermediate below |y| + k|a x|; each round's
+    # FMA-or-not difference (see saxpy) is carried on unchanged (|a| <= 1 does not scale it up).
+    big = np.abs(ys.astype(_F64)) + (k + 1) * np.abs(_F64(a) * xs.astype(_F64))
+    return 4.0 * k * _EPS32 * big + 2.0 * (k + 1) * _TINY32
 
 
 def _sum_bound(args, expected):
@@ -719,6 +758,23 @@ def _build_catalog() -> dict[str, Example]:
         reference=saxpy_reference, make_inputs=_saxpy_inputs, arg_names=("a", "xs", "ys"),
         tolerance=ElementwiseBound(_saxpy_bound, "per element 2*eps32*(|a*x| + |y|)"),
         default_size=1 << 20, tags=frozenset({"demo", "probe"}),
+    ))
+
+    # saxpy_iter: saxpy's rule per round, the rounds' differences carried forward (|a| <= 1).
+    ex.append(Example(
+        name="saxpy_iter", summary="iters rounds of ys = a*xs + ys inside one call (f32)",
+        sources=(_fut("saxpy", "saxpy_iter"),), cuda_op=None,
+        reference=saxpy_iter_reference, make_inputs=_saxpy_iter_inputs, arg_names=("iters", "a", "xs", "ys"),
+        tolerance=ElementwiseBound(_saxpy_iter_bound, "per element 4*iters*eps32*(|y| + (iters+1)|a*x|)"),
+        default_size=1 << 20,
+    ))
+    # jacobi: (((up + down) + left) + right) * 0.25 in f32 in the program's order, with nothing an
+    # FMA could contract: every backend gives the reference bit for bit.
+    ex.append(Example(
+        name="jacobi", summary="steps 5-point Jacobi steps on an n-by-m f32 grid, fixed boundary (size ~ n*m)",
+        sources=(_fut("jacobi", "jacobi"),), cuda_op=None,
+        reference=jacobi_reference, make_inputs=_jacobi_inputs, arg_names=("steps", "g"),
+        tolerance=Exact(), default_size=256 * 256,
     ))
 
     # sum / dot: any summation order (sequential in the c backend, trees on multicore and GPU) of n

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..distribution import install_hint
 from . import catalog, examples
 from .examples import Example
 
@@ -87,18 +88,26 @@ def _refuse_size(names: Sequence[str], size: int) -> str | None:
     return None
 
 
-def _run_futhark_example(ex: Example, libs: dict[Path, Any], size: int | None,
-                         backends: Sequence[str]) -> tuple[str, str, str, str]:
+def _futhark_library(ex: Example) -> tuple[str, Any] | None:
+    """(backend, (source, path)) of the example's library on the best backend built for it
+    (backends.choose_backend: the rule pf.load and packaged modules follow), or None."""
+    from ..backends import BACKENDS, choose_backend
+
+    found = {b: f for b in BACKENDS if (f := examples.find_library(ex, b)) is not None}
+    if not found:
+        return None
+    backend = choose_backend(found)
+    return backend, found[backend]
+
+
+def _run_futhark_example(ex: Example, libs: dict[Path, Any], size: int | None) -> tuple[str, str, str, str]:
     from .. import bench
     from .. import futhark as pf
 
-    for backend in backends:
-        found = examples.find_library(ex, backend)
-        if found:
-            break
-    else:
+    chosen = _futhark_library(ex)
+    if chosen is None:
         return ("-", "not built", "-", "run `make` (it obtains the Futhark compiler) to build futhark/*.fut")
-    src, path = found
+    backend, (src, path) = chosen
     where = f"{src.kind}:{src.library}/{backend}"
     try:
         lib = libs.get(path) or libs.setdefault(path, pf.load(path))
@@ -158,7 +167,7 @@ def _run_cuda_example(ex: Example, size: int | None) -> tuple[str, str, str, str
         from .. import bench, cuda
 
         if not cuda.have_pycuda():
-            return (where, "skipped", "-", "PyCUDA not installed (pip install 'pybridge[cuda]')")
+            return (where, "skipped", "-", f"PyCUDA not installed ({install_hint('cuda')})")
         import pycuda.driver as drv
 
         args = ex.inputs(size)
@@ -173,19 +182,33 @@ def _run_cuda_example(ex: Example, size: int | None) -> tuple[str, str, str, str
         return (where, "ERROR", "-", f"{type(e).__name__}: {str(e).splitlines()[0][:70]}")
 
 
-def run_demo(names: Sequence[str], size: int | None, *, best_backends: Sequence[str],
-             built: Mapping[str, Any]) -> int:
-    """Run ``names`` (default: the demo examples) on the first of ``best_backends`` built, and on
-    the GPU when there is one; print a table; 0 when every result matched its reference."""
-    from ..futhark.library import _gpu_present
+def _preload(names: Sequence[str], libs: dict[Path, Any]) -> None:
+    """Load the examples' libraries before the table starts, so that the log lines of a first run
+    (API-mode bindings compiled) come before it, not between its rows. A library that fails to
+    load is left to its row, which reports why."""
+    from .. import futhark as pf
+
+    for name in names:
+        chosen = _futhark_library(examples.get(name))
+        if chosen is not None and chosen[1][1] not in libs:
+            try:
+                libs[chosen[1][1]] = pf.load(chosen[1][1])
+            except Exception:  # noqa: BLE001 - reported by the example's row
+                pass
+
+
+def run_demo(names: Sequence[str], size: int | None, *, built: Mapping[str, Any]) -> int:
+    """Run ``names`` (default: the demo examples) on the best backend built for each (and on the GPU
+    when there is one); print a table; 0 when every result matched its reference."""
+    from ..backends import gpu_present
 
     try:
         import pybridge.testing  # noqa: F401 - the comparison every check uses
     except ImportError as e:
         print(f"pybridge demo checks results with pybridge.testing, which needs hypothesis: "
-              f"pip install 'pybridge[testing]' [{e}]")
+              f"{install_hint('testing')} [{e}]")
         return 1
-    gpu, why = _gpu_present()
+    gpu, why = gpu_present()
     names = list(names) or list(examples.DEMO_EXAMPLES)
     if size is not None:
         refusal = _refuse_size(names, size)
@@ -201,13 +224,14 @@ def run_demo(names: Sequence[str], size: int | None, *, best_backends: Sequence[
         cells = [str(c).ljust(w) for c, w in zip(row, widths)] + [str(row[4])]
         print("  ".join(cells).rstrip(), flush=True)
 
-    show(header)
-    print("  ".join("-" * w for w in (*widths, 4)), flush=True)
     bad = ran = 0
     try:
+        _preload(names, libs)
+        show(header)
+        print("  ".join("-" * w for w in (*widths, 4)), flush=True)
         for name in names:
             ex = examples.get(name)
-            r = _run_futhark_example(ex, libs, size, best_backends)
+            r = _run_futhark_example(ex, libs, size)
             show((name, *r))
             bad += r[1] not in ("ok", "skipped", "not built")
             ran += r[1] not in ("skipped", "not built")
@@ -227,7 +251,7 @@ def run_demo(names: Sequence[str], size: int | None, *, best_backends: Sequence[
               "compiler (scripts/install-futhark.sh) and builds futhark/*.fut.")
     if not gpu:
         print(f"No GPU here ({why}): CUDA kernels and the cuda backend were not run. On a machine "
-              "with an NVIDIA GPU: `make cuda` and `pip install 'pybridge[cuda]'`.")
+              f"with an NVIDIA GPU: `make cuda` and `{install_hint('cuda')}`.")
     if not ran:
         reason = "no Futhark library is built (run `make`)" + ("" if gpu else f" and there is no GPU ({why})")
         print(f"pybridge demo: nothing ran: {reason}", file=sys.stderr)

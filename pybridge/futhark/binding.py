@@ -39,6 +39,7 @@ from typing import Any
 import cffi
 
 from ..errors import PybridgeError
+from ..ownership import temporary_folder
 from ..paths import cache_dir
 
 _lock = threading.Lock()
@@ -91,16 +92,10 @@ def _generate_abi(name: str, cdef: str, library: Path, py: Path, out: Path) -> P
     builder = cffi.FFI()
     builder.cdef(cdef)
     builder.set_source(name, None)
-    out.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}", suffix=".py.tmp")
-    os.close(fd)
-    try:
+    with temporary_folder(out, name) as tmp:
         with contextlib.redirect_stdout(io.StringIO()):  # cffi prints 'generating ...'
-            builder.emit_python_code(tmp)
-        os.replace(tmp, py)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+            builder.emit_python_code(str(tmp / py.name))
+        os.replace(tmp / py.name, py)
     return py
 
 
@@ -116,7 +111,7 @@ def _module_name(mode: str, cdef: str, library: Path) -> str:
 def bind_abi(cdef: str, library: Path) -> tuple[Any, Any]:
     """(ffi, lib) through an out-of-line ABI-mode module, generated once and cached."""
     name = _module_name("abi", cdef, library)
-    out = cache_dir() / "ffi"
+    out = cache_dir("ffi")
     with _lock:
         module = sys.modules.get(name)
         if module is None:
@@ -137,7 +132,7 @@ def bind_api(
     (``include_dirs``: where the headers it includes are, e.g. cuda.h and nvrtc.h); ``extra_cdef`` /
     ``extra_source`` add C functions of pybridge's own (the call shims)."""
     name = _module_name("api", cdef + extra_cdef + extra_source, library)
-    out = cache_dir() / "ffi"
+    out = cache_dir("ffi")
     with _lock:
         module = sys.modules.get(name)
         if module is None:
@@ -162,20 +157,21 @@ def _compile_api(
     builder = cffi.FFI()
     # The header declares CUdeviceptr (through cuda.h): let the C compiler size it.
     builder.cdef(cdef.replace("typedef unsigned long long CUdeviceptr;", "typedef int... CUdeviceptr;"))
-    out.mkdir(parents=True, exist_ok=True)
-    # Build in a private directory and rename into place: another process may be loading the cache.
-    with tempfile.TemporaryDirectory(dir=out) as tmp:
-        shutil.copyfile(header, Path(tmp) / _HEADER_COPY)
+    # Build in a private folder of pybridge's and rename into place: another process may be loading
+    # the cache. cffi compiles there by relative names (GCC fails on a carriage return in __FILE__):
+    # the header copy beside the C file is found by its quoted #include, no -I of the cache's path.
+    with temporary_folder(out, name) as tmp:
+        shutil.copyfile(header, tmp / _HEADER_COPY)
         builder.set_source(
             name,
             f'#include "{_HEADER_COPY}"\n{extra_source}',
-            include_dirs=[tmp, *include_dirs],
+            include_dirs=[*include_dirs],
             # By full path: linked as -lprobe, two libprobe.so of different directories would resolve
             # to whichever the process loaded first (the loader matches the needed name).
             extra_link_args=[str(library.resolve())],
         )
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            built = Path(builder.compile(tmpdir=tmp, verbose=False))
+            built = Path(builder.compile(tmpdir=str(tmp), verbose=False))
         target = out / built.name
         os.replace(built, target)
     return target

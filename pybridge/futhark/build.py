@@ -7,8 +7,10 @@ Runs ``futhark <backend> --library`` and the C compiler with the link flags each
 (cuda: -lcuda -lcudart -lnvrtc, as measured with Futhark 0.25.34). Outputs are cached by a hash of
 the program and every file it imports (transitively), the backend and the compiler, so an unchanged
 program is not rebuilt and an edited module is. Builds are safe to run from many threads and
-processes at once: one builds (under a file lock) into a temporary folder, and the outputs are
-moved into place by atomic renames, so a reader never sees a half-written library.
+processes at once: one builds (under the entry's file lock) into a temporary folder of pybridge's
+(:func:`pybridge.ownership.temporary_folder`) and renames the whole folder into place, so an entry
+is complete or absent; a load that finds one incomplete (a file missing) builds it again.
+``-o DIR`` copies the cached entry into DIR; nothing else is written outside the cache.
 """
 
 from __future__ import annotations
@@ -24,15 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from filelock import Timeout
-
-from .. import cache, toolchain
+from .. import cache, executables, toolchain
+from ..ownership import MARK as OWNED_MARK, TEMP_PREFIX, discard, is_regular, sweep, temporary_folder
 from ..paths import cache_dir
-from .csource import MARK, harden_file
+from ..backends import check_backend, choose_backend
+from .csource import MARK as HARDENING_MARK, harden_file
 from ..errors import PybridgeError
 
 
-LINK_FLAGS = {
+LINK_FLAGS = {  # one per backends.BACKENDS
     "c": ["-lm"],
     "multicore": ["-lm", "-lpthread"],
     "ispc": ["-lm", "-lpthread"],
@@ -64,9 +66,18 @@ class BuildError(PybridgeError, RuntimeError):
 
 
 def futhark_compiler() -> str | None:
-    """$FUTHARK, else ``futhark`` on PATH, else the compiler ``make`` recorded, the checkout's
-    .tools/, the per-user install (:mod:`pybridge.toolchain`)."""
+    """$FUTHARK, else ``futhark`` on PATH, else the checkout pybridge is imported from, else the
+    per-user install (:mod:`pybridge.toolchain`, the one lookup)."""
     return toolchain.futhark_compiler()
+
+
+def c_compiler(cc: str | None = None) -> str:
+    """``cc`` (a name on PATH or a path), else $CC, else ``cc`` on PATH (absolute folders only:
+    :mod:`pybridge.executables`); BuildError if it is not there."""
+    found = executables.find(cc) if cc else executables.configured("CC", "cc")
+    if found is None:
+        raise BuildError(f"C compiler not found: {cc or os.environ.get('CC') or 'cc'} (set $CC, or put one on PATH)")
+    return found
 
 
 def cuda_home() -> Path:
@@ -74,9 +85,27 @@ def cuda_home() -> Path:
     be a wrapper script), else /usr/local/cuda."""
     if os.environ.get("CUDA_HOME"):
         return Path(os.environ["CUDA_HOME"])
-    nvcc = shutil.which(os.environ.get("NVCC", "nvcc"))
+    nvcc = executables.configured("NVCC", "nvcc")
     home = Path(nvcc).resolve().parent.parent if nvcc else None
     return home if home is not None and (home / "include" / "cuda.h").is_file() else Path("/usr/local/cuda")
+
+
+def cuda_toolkit() -> tuple[bool, str]:
+    """Whether the cuda backend can be built here: nvcc and the toolkit's cuda.h and nvrtc.h."""
+    if executables.configured("NVCC", "nvcc") is None:
+        return False, "nvcc not found"
+    for header in ("cuda.h", "nvrtc.h"):  # Futhark's cuda backend includes both
+        if not (cuda_home() / "include" / header).is_file():
+            return False, f"no {header} in {cuda_home() / 'include'} (set CUDA_HOME to the toolkit)"
+    return True, ""
+
+
+def default_backend() -> str:
+    """The backend a source is built for when none is named: the best this machine can build and
+    run (backends.choose_backend: cuda where a GPU is usable and the CUDA toolkit is here, else
+    multicore)."""
+    buildable = ["c", "multicore"] + (["cuda"] if cuda_toolkit()[0] else [])
+    return choose_backend(buildable)
 
 
 def _cuda_dirs() -> tuple[list[str], list[str]]:
@@ -87,61 +116,91 @@ def _cuda_dirs() -> tuple[list[str], list[str]]:
 
 def build_program(
     source: str | os.PathLike[str],
-    backend: str = "c",
+    backend: str | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     futhark: str | None = None,
     cc: str | None = None,
 ) -> Path:
-    """Compile ``source`` for ``backend``; return the path of ``lib<prog>.so`` (manifest beside it)."""
+    """Compile ``source`` for ``backend`` (default: :func:`default_backend`); return the path of
+    ``lib<prog>.so`` (manifest beside it): in the cache, or copied from there into ``out_dir``."""
     src = Path(source).resolve()
     if not src.is_file():
         raise FileNotFoundError(f"source: {src} does not exist")
-    if backend not in LINK_FLAGS:
-        raise ValueError(f"backend: expected one of {sorted(LINK_FLAGS)}, got {backend!r}")
+    backend = default_backend() if backend is None else check_backend(backend)
     if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise ValueError(f"out_dir: {out_dir} exists and is not a directory")
-    compiler = futhark or futhark_compiler()
+    compiler = executables.find(futhark) if futhark else futhark_compiler()
     if compiler is None:
-        raise BuildError(f"the Futhark compiler was not found. {INSTALL_HINT}")
-    cc = cc or os.environ.get("CC", "cc")
+        why = f"futhark: {futhark} is not an executable file or a program on PATH" if futhark else toolchain.not_found_reason()
+        raise BuildError(f"the Futhark compiler was not found ({why}). {INSTALL_HINT}")
     stem = src.stem
     digest = _digest(src, backend, compiler)
-    # The cache folder's name: the program's name in portable characters (the compilers see this
-    # path: GCC fails on a carriage return in it), the digest keeps it apart from others.
-    out = Path(out_dir) if out_dir else cache_dir() / "programs" / backend / f"{re.sub(r'[^A-Za-z0-9_+-]', '_', stem)[:60]}-{digest}"
-    so = out / f"lib{stem}.so"
-    cached = out_dir is None
-    if cached:
-        cache.register_use(out)  # from now on no bound or `pybridge cache clear` removes it
-    out.parent.mkdir(parents=True, exist_ok=True)
+    # The entry's name: the program's name in portable characters, the digest keeps it apart.
+    entry = cache_dir("programs", backend) / f"{re.sub(r'[^A-Za-z0-9_+-]', '_', stem)[:60]}-{digest}"
+    files = _entry_files(stem, src.name)
+    cache.register_use(entry)  # from now on no bound or `pybridge cache clear` removes it
     # Checked under the entry's lock: a removal in progress finishes first (then this rebuilds).
-    with cache.entry_lock(out):
-        if _is_built(out, so, digest):  # built before, or by another thread or process meanwhile
-            log.debug("%s (%s): cached in %s", src, backend, out)
-            _touch(out / _STAMP)
-            return so
-        _sweep_stale_builds(out.parent)  # folders of builds that were killed or interrupted
-        log.info("compiling %s for the %s backend with %s (%s)", src, backend, compiler, (_compiler_version(compiler).splitlines() or ["?"])[0])
-        start = time.perf_counter()
-        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp"))
-        try:
-            # Futhark names its outputs after -o: a fixed name there, renamed to the program's own
-            # after, so no file name (".", "-x", "a\rb") reaches a path the compilers build on.
-            _run([compiler, backend, "--library", "-o", str(tmp / _OUT), str(src)], "futhark")
-            _escape_carriage_returns(tmp / f"{_OUT}.c")
-            harden_file(tmp / f"{_OUT}.c")  # OOM and negative sizes: errors instead of a dead process
-            compile_library(tmp / f"{_OUT}.c", backend, tmp / so.name, cc)
-            for ext in (".c", ".h", ".json"):
-                os.replace(tmp / f"{_OUT}{ext}", tmp / f"{stem}{ext}")
-            shutil.copy2(src, tmp / src.name)  # keep the source beside the library (Library.source_path)
-            (tmp / _STAMP).write_text(digest)
-            _publish(tmp, out, last=(so.name, _STAMP))
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        log.info("compiled %s in %.1f s: %s", src.name, time.perf_counter() - start, so)
-    if cached:
-        cache.enforce_bound()
+    with cache.entry_lock(entry):
+        if _is_built(entry, files, digest):  # built before, or by another thread or process meanwhile
+            log.debug("%s (%s): cached in %s", src, backend, entry)
+            _touch(entry / cache.PROGRAM_STAMP)
+        else:
+            _build(src, backend, compiler, cc, entry, digest)
+    so = entry / f"lib{stem}.so"
+    if out_dir is not None:
+        so = _copy_out(entry, Path(out_dir), files, src)
+    cache.enforce_bound()
     return so
+
+
+def _entry_files(stem: str, source_name: str) -> list[str]:
+    """The files of a complete entry, the library and then the stamp last."""
+    return [f"{stem}.c", f"{stem}.h", f"{stem}.json", source_name, f"lib{stem}.so", cache.PROGRAM_STAMP]
+
+
+def _build(src: Path, backend: str, compiler: str, cc: str, entry: Path, digest: str) -> None:
+    """Compile into a temporary folder of pybridge's beside ``entry``, then rename it into place:
+    the entry is whole or absent, whatever interrupts the build (under the entry's lock)."""
+    sweep(entry.parent)  # folders of builds that were killed, of removals that were interrupted
+    log.info("compiling %s for the %s backend with %s (%s)", src, backend, compiler, (_compiler_version(compiler).splitlines() or ["?"])[0])
+    start = time.perf_counter()
+    stem = src.stem
+    with temporary_folder(entry.parent, entry.name) as tmp:
+        # Run in the folder, outputs named without their path: Futhark names its outputs after -o
+        # (a fixed name here, the program's own after), and GCC writes the C file's path into
+        # __FILE__, where a carriage return (in the cache's path) is an internal compiler error.
+        _run([compiler, backend, "--library", "-o", _OUT, str(src)], "futhark", cwd=tmp)
+        _escape_carriage_returns(tmp / f"{_OUT}.c")
+        harden_file(tmp / f"{_OUT}.c")  # OOM and negative sizes: errors instead of a dead process
+        compile_library(tmp / f"{_OUT}.c", backend, tmp / f"lib{stem}.so", cc)
+        for ext in (".c", ".h", ".json"):
+            os.replace(tmp / f"{_OUT}{ext}", tmp / f"{stem}{ext}")
+        shutil.copy2(src, tmp / src.name)  # keep the source beside the library (Library.source_path)
+        (tmp / cache.PROGRAM_STAMP).write_text(digest)
+        if os.path.lexists(entry) and not discard(entry, (OWNED_MARK, cache.PROGRAM_STAMP)):  # an incomplete entry
+            raise BuildError(f"{str(entry)!r} is in the way of this build and is not pybridge's (no mark in it): remove it")
+        os.rename(tmp, entry)
+    log.info("compiled %s in %.1f s: %s", src.name, time.perf_counter() - start, entry)
+
+
+def _copy_out(entry: Path, out: Path, files: list[str], src: Path) -> Path:
+    """Copy a built entry into the folder a user named: each file to a temporary name there and
+    renamed over the old one (atomic per file), the stamp last; under a lock kept in the cache."""
+    with cache.output_lock(out):
+        out.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            target = out / name
+            if name == src.name and os.path.lexists(target) and os.path.samefile(target, src):
+                continue  # -o names the source's own folder: it stays as it is
+            fd, tmp = tempfile.mkstemp(dir=out, prefix=f"{TEMP_PREFIX}{name[:40]}-")
+            os.close(fd)
+            try:
+                shutil.copy2(entry / name, tmp)
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+    return out / f"lib{src.stem}.so"
 
 
 def _touch(path: Path) -> None:
@@ -154,7 +213,7 @@ def _touch(path: Path) -> None:
 @functools.lru_cache(maxsize=16)
 def _version_of(compiler: str, mtime_ns: int) -> str:
     try:
-        return subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+        return subprocess.run([compiler, "--version"], capture_output=True, text=True, env=executables.child_env()).stdout
     except OSError as e:
         raise BuildError(f"futhark not runnable: {compiler}: {e}") from None
 
@@ -168,7 +227,6 @@ def _compiler_version(compiler: str) -> str:
     return _version_of(compiler, mtime)
 
 
-_STAMP = ".source-hash"
 _OUT = "pybridge_futhark_out"
 
 
@@ -181,36 +239,6 @@ def _escape_carriage_returns(c_file: Path) -> None:
         c_file.write_bytes(data.replace(b"\r", b"\\r"))
 
 
-STALE_TMP_S = 60.0  # a build's temporary folder this old, whose build lock is free, is swept
-
-
-def _sweep_stale_builds(parent: Path) -> None:
-    """Remove ``.<name>.tmp*`` folders that no build uses: an interrupted build removes its own
-    folder on the way out (``finally``), but a killed process (SIGKILL, a second Ctrl-C during the
-    removal) cannot. A folder is in use exactly while its build holds ``.<name>.lock`` (flock, this
-    process's threads included), so one is removed only when that lock is free at once, and only
-    after ``STALE_TMP_S`` seconds, never a folder a build is writing."""
-    try:
-        entries = list(os.scandir(parent))
-    except OSError:
-        return
-    now = time.time()
-    for e in entries:
-        name, sep, _ = e.name.partition(".tmp")
-        if not (sep and name.startswith(".") and e.is_dir(follow_symlinks=False)):
-            continue
-        try:
-            if now - e.stat(follow_symlinks=False).st_mtime < STALE_TMP_S:
-                continue
-        except OSError:
-            continue
-        lock = cache.entry_lock(parent / name[1:], timeout=0)  # the entry's build lock, free at once or skipped
-        try:
-            with lock:
-                shutil.rmtree(e.path, ignore_errors=True)
-                log.info("removed the stale build folder %s", e.path)
-        except Timeout:
-            continue
 _IMPORT = re.compile(r'^\s*(?:open\s+|local\s+)*import\s+"([^"]+)"', re.MULTILINE)
 
 
@@ -242,43 +270,33 @@ def _digest(src: Path, backend: str, compiler: str) -> str:
     """The cache key: every source file (path relative to the program, and content), backend,
     compiler, hardening version and C flags."""
     version = _compiler_version(compiler)
-    h = hashlib.sha256(f"{backend}\0{version}\0{MARK}\0{' '.join(LIB_CFLAGS)}\0".encode())
+    h = hashlib.sha256(f"{backend}\0{version}\0{HARDENING_MARK}\0{' '.join(LIB_CFLAGS)}\0".encode())
     for f in source_files(src):
         h.update(os.fsencode(os.path.relpath(f, src.parent)) + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:12]
 
 
-def _is_built(out: Path, so: Path, digest: str) -> bool:
+def _is_built(entry: Path, files: list[str], digest: str) -> bool:
+    """Whether ``entry`` is complete: every file a load reads, none a link, the stamp this digest."""
     try:
-        return so.is_file() and (out / _STAMP).read_text() == digest
-    except OSError:
+        return all(is_regular(entry / f) for f in files) and (entry / cache.PROGRAM_STAMP).read_text() == digest
+    except (OSError, UnicodeDecodeError):
         return False
-
-
-def _publish(tmp: Path, out: Path, last: tuple[str, ...]) -> None:
-    """Move a finished build into ``out``: the whole folder by one rename when ``out`` is new, else
-    file by file (each an atomic replace), ``last`` at the end, so the stamp appears only when all
-    the rest is in place. A library a process already loaded keeps its old file (the inode)."""
-    try:
-        os.rename(tmp, out)
-        return
-    except OSError:
-        pass  # out exists (an explicit out_dir, or a stale or broken earlier build)
-    out.mkdir(parents=True, exist_ok=True)
-    names = sorted(p.name for p in tmp.iterdir() if p.name not in last) + [n for n in last if (tmp / n).exists()]
-    for name in names:
-        os.replace(tmp / name, out / name)
 
 
 def compile_library(c_file: str | os.PathLike[str], backend: str, so: str | os.PathLike[str], cc: str | None = None) -> Path:
     """The C compiler step alone: ``<prog>.c`` that ``futhark <backend> --library`` wrote ->
     ``lib<prog>.so`` (for C generated on another machine, e.g. where nvcc is but futhark is not)."""
-    cc = cc or os.environ.get("CC", "cc")
+    cc = c_compiler(cc)
     cflags, ldflags = _cuda_dirs() if backend == "cuda" else ([], [])
     if backend == "cuda":
         _cuda13_compat(Path(c_file), Path(cflags[0][2:]) / "cuda.h")
     flags = [f for f in LIB_CFLAGS if f not in OPTIONAL_CFLAGS or _accepts(cc, f)]
-    _run([cc, *flags, "-shared", *cflags, "-o", str(so), str(c_file), *ldflags, *LINK_FLAGS[backend]], "C compiler")
+    # In the C file's folder and by its name alone: GCC writes the path it is given into __FILE__,
+    # and fails with an internal compiler error where that holds a carriage return.
+    c_file = Path(c_file)
+    _run([cc, *flags, "-shared", *cflags, "-o", os.path.abspath(so), c_file.name, *ldflags, *LINK_FLAGS[backend]],
+         "C compiler", cwd=c_file.parent)
     return Path(so)
 
 
@@ -290,7 +308,8 @@ def _accepts(cc: str, flag: str) -> bool:
         src = Path(tmp) / "empty.c"
         src.write_text("int pybridge_empty;\n")
         try:
-            proc = subprocess.run([cc, flag, "-Werror", "-c", "-o", str(Path(tmp) / "empty.o"), str(src)], capture_output=True)
+            proc = subprocess.run([cc, flag, "-Werror", "-c", "-o", str(Path(tmp) / "empty.o"), str(src)], capture_output=True,
+                                  env=executables.child_env())
         except OSError:
             return False
         return proc.returncode == 0
@@ -308,9 +327,9 @@ def _cuda13_compat(c_file: Path, cuda_h: Path) -> None:
     c_file.write_text(text.replace("cuCtxCreate(&ctx->cu_ctx, 0, ctx->dev)", "cuCtxCreate(&ctx->cu_ctx, NULL, 0, ctx->dev)"))
 
 
-def _run(cmd: list[str], what: str) -> None:
+def _run(cmd: list[str], what: str, cwd: Path | None = None) -> None:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=executables.child_env())
     except FileNotFoundError:
         raise BuildError(f"{what} not found: {cmd[0]}") from None
     if proc.returncode != 0:

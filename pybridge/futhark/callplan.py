@@ -174,7 +174,7 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
     results: list[str] = []
     shells: list[str] = []  # under the lock, before the call: an empty handle object per handle result
     fill: list[str] = []  # right after a successful call: the shells take the results (no call in between)
-    env["new"], env["ctxo"], env["values"] = object.__new__, lib.context, state.values
+    env["new"], env["ctxo"], env["values"], env["orphan"] = object.__new__, lib.context, state.values, state.free_orphan
     for k, o in enumerate(info.outputs):
         prim = PRIMITIVES.get(o.type)
         if prim is not None:
@@ -188,7 +188,10 @@ def compile_plan(ep: Any) -> Callable[..., Any]:
             env[f"RK{k}"], env[f"F{k}"] = kind, kind.free_fn
             array = isinstance(kind, ArrayKind)
             env[f"HT{k}"] = ArrayHandle if array else OpaqueHandle
+            # A key already taken is a dead handle's whose __del__ an interrupt skipped: its value
+            # is freed here, before the C call (context.py, free_orphan).
             shells.append(f"h{k} = new(HT{k}); k{k} = id(h{k})")
+            shells.append(f"if k{k} in values: orphan(k{k})")
             # ArrayHandle/OpaqueHandle.__init__ spelled out as attribute stores, registered last.
             fill.append(
                 f"p = out{k}[0]; " + (f"h{k}.atype = RK{k}; h{k}._shape = None; " if array else f"h{k}.otype = RK{k}; ")

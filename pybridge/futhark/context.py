@@ -79,6 +79,20 @@ class _State(compiled.State if compiled is not None else _PythonState):  # type:
             self._raw_ctx = int(ffi.cast("uintptr_t", ctx))  # what the compiled path calls with
         _open_states.add(self)
 
+    def free_orphan(self, key: int) -> None:
+        """Free the value registered under ``key``, whose handle is gone: a new handle at the same
+        address is about to register (keys are ``id(handle)``, unique only among live objects).
+        A Ctrl-C surfacing at the first instruction of a handle's ``__del__`` makes Python skip
+        the body (the interrupt is reported as ignored), which leaves the entry behind; before,
+        the new handle's entry replaced it and the value was never freed (RELIABILITY.md,
+        "Ctrl-C"). The caller holds ``lock``, before the C call whose result the new handle takes.
+        As in Value._release: unregistered, then freed, no call in between."""
+        values = self.values
+        if self.open and key in values:
+            entry = values[key]
+            del values[key]
+            entry[0](self.ctx, entry[1])
+
     def close(self, timeout: float = -1) -> bool:
         """Free values, sync, free the context and its configuration, once, after the calls in
         flight finish. With a timeout (interpreter exit) a call that does not finish in time leaves

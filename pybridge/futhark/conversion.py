@@ -1,6 +1,6 @@
 """Conversions between Python/NumPy values and the C arguments and results of the Futhark API.
 
-Rules (documented in the README):
+Rules (for users: docs/futhark.md and docs/comparison.md):
 - a handle of the parameter's type from the same context is passed as is, never copied;
 - a NumPy array must have the element dtype and rank exactly (TypeError otherwise); a non-contiguous
   one is copied into C order; nested lists/tuples are converted with ``np.asarray(x, dtype)`` and

@@ -21,32 +21,11 @@ from .handles import Value
 from .manifest import EntryInfo
 from .names import name_lookup, python_names, resolve_keys
 from .sizes import SizeRules
-from .source import EntryDecl, TypeExpr, size_names
-from .types import PRIMITIVES, scalar_converter, split_array_type
+from .source import EntryDecl, declared_results, size_names, spelled_with_sizes
+from .types import PRIMITIVES, scalar_converter
 
 if TYPE_CHECKING:
     from .protocols import LibraryLike
-
-
-def _annotation(type_name: str, unique: bool, declared: TypeExpr | None = None) -> str:
-    """The manifest's spelling (``*[]f32``), with the source's size names where the ``.fut`` header
-    declares the same array type (``*[n]f32``): the manifest leaves sizes out."""
-    rank, elem = split_array_type(type_name)
-    if rank and declared is not None and declared.kind == "prim" and declared.name == elem and declared.rank == rank:
-        type_name = "".join(f"[{'' if d is None else d}]" for d in declared.dims) + elem
-    return ("*" if unique else "") + type_name
-
-
-def _declared_results(decl: EntryDecl | None, n: int) -> list[TypeExpr | None]:
-    """The source's type of each of ``n`` results: the result type itself, or its tuple's components."""
-    result = decl.result if decl is not None else None
-    if result is None:
-        return [None] * n
-    if n == 1:
-        return [result]
-    if result.kind == "tuple" and not result.dims and len(result.fields) == n:
-        return [t for _, t in result.fields]
-    return [None] * n
 
 
 def _size_names(decl: EntryDecl | None) -> tuple[str, ...]:
@@ -109,20 +88,23 @@ class EntryPoint:
         declared = [decl.param(p.name) if decl is not None else None for p in info.inputs]
         params = [
             inspect.Parameter(py, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                              annotation=_annotation(p.type, p.unique, d.type if d is not None else None))
+                              annotation=spelled_with_sizes(p.type, p.unique, d.type if d is not None else None))
             for py, p, d in zip(self._pynames, info.inputs, declared)
         ]
-        outs = [_annotation(o.type, o.unique, d) for o, d in zip(info.outputs, _declared_results(decl, len(info.outputs)))]
+        outs = [spelled_with_sizes(o.type, o.unique, d) for o, d in zip(info.outputs, declared_results(decl, len(info.outputs)))]
         ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
         self.__signature__ = inspect.Signature(params, return_annotation=ret)
         consumed = [p.name for p in info.inputs if p.unique]
+        # The program's doc comment (``-- |`` before the entry) first, as a packaged module's
+        # function has it: help() and editors show its first line as the summary.
+        doc = info.doc or (library.source.docs.get(info.name) if library.source is not None else None)
         self.__doc__ = (
-            f"Futhark entry point {info.name}{self.__signature__}\n\n"
+            (f"{doc.strip()}\n\n" if doc else "")
+            + f"Futhark entry point {info.name}{self.__signature__}\n\n"
             f"C function: {info.cfun}; backend: {library.backend}.\n"
             + (f"Consumes {', '.join(consumed)}: handles passed there are invalid afterwards; "
                "NumPy arrays are copied in, so user data is never changed.\n" if consumed else "")
             + "".join(f"Parameter {py} is Futhark's {p.name!r}.\n" for py, p in zip(self._pynames, info.inputs) if py != p.name)
-            + (f"\n{info.doc}\n" if info.doc else "")
         )
         # Each entry point gets its own class whose __call__ is its compiled plan, so a call is one
         # Python function call (a special method is looked up on the type, not the instance).

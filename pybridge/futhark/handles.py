@@ -128,7 +128,10 @@ class Value(_ValueBase):  # type: ignore[misc,valid-type]
         self._keep = keep  # an object that must outlive the value (new_raw's owner)
         self._aliases = None  # handles that may share memory (aliases.py)
         # Context.register, inlined (every result), last: the registry says which handle owns a value.
-        self._ctx._state.values[id(self)] = (free_fn, ptr)
+        state, key = self._ctx._state, id(self)
+        if key in state.values:  # left by a handle whose __del__ an interrupt skipped (free_orphan)
+            state.free_orphan(key)
+        state.values[key] = (free_fn, ptr)
 
     def _live_ptr(self, what: str) -> Any:
         """``ptr``, its error naming ``what`` (``"saxpy: parameter 'ys'"``: where it was passed)."""
@@ -184,7 +187,10 @@ class ArrayHandle(Value, _ArrayBase):  # type: ignore[misc,valid-type]
         self._status = None
         self._keep = keep
         self._aliases = None
-        ctx._state.values[id(self)] = (free_fn, ptr)
+        state, key = ctx._state, id(self)
+        if key in state.values:  # left by a handle whose __del__ an interrupt skipped (free_orphan)
+            state.free_orphan(key)
+        state.values[key] = (free_fn, ptr)
 
     @property
     def type_name(self) -> str:

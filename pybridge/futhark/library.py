@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import copyreg
 import ctypes
+import difflib
 import logging
 import os
 import subprocess
-import sys
 import threading
 import time
+import uuid
 import warnings
 import weakref
 from importlib.machinery import EXTENSION_SUFFIXES
@@ -23,7 +24,10 @@ from typing import Any, Iterator
 
 import cffi
 
-from ..paths import find_build_file
+from .. import backends
+from ..backends import BACKENDS, check_backend, choose_backend
+from ..executables import child_env, python_command
+from ..paths import build_dirs, find_build_file, source_checkout
 from .binding import LINK_PROBE, LINKED_FUNCTION, api_module_key, bind_abi, bind_api, bind_prebuilt
 from .build import cuda_home
 from .cdef import RAW_POINTER_CTYPE, cdef_for
@@ -41,14 +45,26 @@ from .source import SourceInfo, load_source
 
 log = logging.getLogger(__name__)
 
-BACKEND_PREFERENCE = ("c", "multicore", "cuda", "hip", "opencl", "ispc")
-
-_open_libraries: "weakref.WeakValueDictionary[str, Library]" = weakref.WeakValueDictionary()
+_open_libraries: "weakref.WeakValueDictionary[str, Library]" = weakref.WeakValueDictionary()  # by key, latest
+_libraries_by_instance: "weakref.WeakValueDictionary[str, Library]" = weakref.WeakValueDictionary()
 _open_lock = threading.Lock()
 
 
+def built_programs(kind: str = "futhark") -> dict[str, list[str]]:
+    """backend -> program names built in ``<build dir>/<kind>/<backend>/lib<prog>.so`` (the first
+    build directory that has a backend wins, as lookups do)."""
+    found: dict[str, list[str]] = {}
+    for d in build_dirs():
+        for b in sorted((d / kind).iterdir()) if (d / kind).is_dir() else ():
+            libs = sorted(p.stem.removeprefix("lib") for p in b.glob("lib*.so"))
+            if libs and b.is_dir():
+                found.setdefault(b.name, libs)
+    return found
+
+
 def resolve(name_or_path: str | os.PathLike[str], backend: str | None = None) -> tuple[Path, Path]:
-    """(shared library, manifest) for a name, a .so path or a .json path."""
+    """(shared library, manifest) for a name, a .so path or a .json path. A name without a
+    ``backend`` takes the best one built (backends.choose_backend)."""
     p = Path(name_or_path)
     if p.suffix == ".json":
         so = p.with_name(f"lib{p.stem}.so")
@@ -57,19 +73,34 @@ def resolve(name_or_path: str | os.PathLike[str], backend: str | None = None) ->
         stem = p.stem.removeprefix("lib")
         return p, p.with_name(f"{stem}.json")
     if os.sep in str(name_or_path) or p.suffix:
-        raise FileNotFoundError(f"{name_or_path}: expected a library name, a lib<prog>.so or a <prog>.json")
-    backends = (backend,) if backend else BACKEND_PREFERENCE
-    tried = []
-    for b in backends:
-        rel = Path("futhark") / b / f"lib{p.name}.so"
-        tried.append(str(rel))
-        found = find_build_file(rel)
-        if found is not None:
-            return found, found.with_name(f"{p.name}.json")
-    raise FileNotFoundError(
-        f"no built Futhark library named {str(name_or_path)!r} (looked for {', '.join(tried)} in the build "
-        "directories; run `make`, or `pybridge build prog.fut` for your own program)"
-    )
+        raise FileNotFoundError(f"{name_or_path}: expected a library name, a lib<prog>.so, a <prog>.json or a <prog>.fut")
+    if backend is not None:
+        check_backend(backend)
+    found = {b: f for b in BACKENDS if (f := find_build_file(Path("futhark") / b / f"lib{p.name}.so")) is not None}
+    if backend in found or (backend is None and found):
+        chosen = backend or choose_backend(found, logger=log, name=p.name)
+        return found[chosen], found[chosen].with_name(f"{p.name}.json")
+    raise FileNotFoundError(_not_built(p.name, backend, found))
+
+
+def _not_built(name: str, backend: str | None, found: dict[str, Path]) -> str:
+    """Why ``load(name)`` found nothing, in words that fit where pybridge runs: what is built (and
+    the closest name), how to load one's own program, and ``make`` only in a checkout."""
+    if found:  # built, for other backends
+        return f"{name!r} is not built for the {backend} backend; it is built for {', '.join(found)}"
+    built = built_programs()
+    names = sorted({n for ns in built.values() for n in ns})
+    close = difflib.get_close_matches(name, names, n=3)
+    head = f"no built Futhark library named {name!r}" + (f" for the {backend} backend" if backend else "")
+    head += f" (looked in {', '.join(map(str, build_dirs())) or 'no build directory'})"
+    head += f"; did you mean {' or '.join(map(repr, close))}?" if close else "."
+    if names:
+        head += f" Built programs ({', '.join(built)}): {', '.join(names)}."
+    else:
+        checkout = source_checkout()
+        head += (f" Nothing is built in this checkout: run `make` in {checkout}." if checkout is not None else
+                 " This installation holds no built programs (it was installed without running `make` first).")
+    return head + f" For your own program, pass its source: pf.load('{name}.fut') compiles it (`pybridge build {name}.fut`)."
 
 
 def _exports(ffi: Any, lib: Any, name: str) -> bool:
@@ -80,28 +111,29 @@ def _exports(ffi: Any, lib: Any, name: str) -> bool:
     return True
 
 
-def _gpu_present() -> tuple[bool, str]:
-    """Whether a CUDA device exists, asked of the driver without creating a context.
-
-    Futhark's cuda backend calls exit() when it finds no device, which would kill Python."""
-    for name in ("libcuda.so.1", "libcuda.so"):
-        try:
-            cu = ctypes.CDLL(name)
-            break
-        except OSError:
-            continue
-    else:
-        return False, "the CUDA driver (libcuda.so.1) is not installed"
-    if cu.cuInit(0) != 0:
-        return False, "cuInit failed (no usable NVIDIA GPU or driver)"
-    count = ctypes.c_int(0)
-    if cu.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
-        return False, "the CUDA driver reports no device"
-    return True, ""
-
-
 class Library:
     """A loaded Futhark library with one context. Entry points are attributes: ``lib.saxpy(...)``."""
+
+    # Its instance attributes (set in __init__; sync too). With the class's own names they make
+    # OWN_NAMES: an entry point of such a name is not an attribute (lib["key"] reaches it), and
+    # `pybridge stubs` leaves it out of the stub's methods.
+    path: Path
+    api_module: Path | None
+    manifest: Manifest
+    backend: str
+    mode: str
+    raw_ctype: str
+    mode_note: str
+    ffi: Any
+    lib: Any
+    source_path: Path | None
+    source: SourceInfo | None
+    context: Context
+    codec: Codec
+    types: dict[str, ArrayKind | OpaqueKind]
+    entry_points: dict[str, EntryPoint]
+    _entry_lookup: dict[str, str]
+    key: str
 
     def __init__(
         self, so_path: Path, manifest: Manifest, mode: str = "auto", config: Config | None = None, api_module: Path | None = None
@@ -143,7 +175,7 @@ class Library:
         else:
             raise ValueError(f"mode must be 'auto', 'api' or 'abi', got {mode!r}")
         if self.backend == "cuda":
-            ok, why = _gpu_present()
+            ok, why = backends.gpu_present()
             if not ok:
                 raise FutharkError(f"cannot use the cuda backend library {self.path.name}: {why}")
         # The program's source, when it sits beside the library (pybridge build, make and the
@@ -160,7 +192,7 @@ class Library:
         self.context = Context(self.ffi, self.lib, self.backend, config or Config(), tuning)
         self.sync = self.context.sync  # lib.sync() is one call, not two (it follows most calls)
         self.codec = Codec(self)
-        self.types: dict[str, ArrayKind | OpaqueKind] = {}
+        self.types = {}
         for name, info in manifest.types.items():
             self.types[name] = ArrayKind(self, info) if isinstance(info, ArrayInfo) else OpaqueKind(self, info)
         self.entry_points = {name: EntryPoint(self, e) for name, e in manifest.entry_points.items()}
@@ -170,11 +202,13 @@ class Library:
         # lookup, not by __getattr__ after a failed one (which costs more than the call itself).
         # Library's own names win (those entry points stay reachable as lib["close"]).
         for spelling, exact in self._entry_lookup.items():
-            if spelling.isidentifier() and not hasattr(type(self), spelling) and spelling not in self.__dict__:
+            if spelling.isidentifier() and spelling not in OWN_NAMES:
                 self.__dict__[spelling] = self.entry_points[exact]
         self.key = f"{self.path}::{self.backend}"
+        self.instance = uuid.uuid4().hex  # this Library among others of the same file (pickling, copies)
         with _open_lock:
             _open_libraries[self.key] = self
+            _libraries_by_instance[self.instance] = self
 
     def _bind_abi(self, cdef: str, where: object) -> tuple[Any, Any]:
         """ABI mode, refusing a manifest that names functions the library does not export (a
@@ -239,7 +273,8 @@ class Library:
         raise AttributeError(f"{type(self).__name__} has no attribute or entry point {name!r}")
 
     def __dir__(self) -> list[str]:
-        return list(super().__dir__()) + list(python_names(list(self.entry_points)))
+        # the entry points set as instance attributes are in super().__dir__() already
+        return sorted(set(super().__dir__()) | set(python_names(list(self.entry_points))))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.entry_points)
@@ -252,6 +287,11 @@ class Library:
         return self.context.report()
 
     def clear_caches(self) -> None:
+        """Give back the memory Futhark keeps for reuse: the blocks of 1 MiB and more that freed
+        values left in the context's host free list (libraries built by pybridge; Futhark 0.25.32
+        itself kept them until close() on c and multicore) and, on GPU backends, the device free
+        list. glibc may keep what was freed in its heap: ``ctypes.CDLL(None).malloc_trim(0)``
+        returns that (RELIABILITY.md, "Memory after many calls")."""
         self.context.clear_caches()
 
     def close(self) -> None:
@@ -285,6 +325,10 @@ class Library:
         return f"<Futhark library {self.path.name} backend={self.backend} entry points={list(self.entry_points)} {state}>"
 
 
+# Names a Library keeps for itself: its methods and properties, and its instance attributes.
+OWN_NAMES = frozenset(dir(Library)) | frozenset(Library.__annotations__)
+
+
 def load(
     name_or_path: str | os.PathLike[str],
     backend: str | None = None,
@@ -295,7 +339,11 @@ def load(
     """Load a Futhark library and create its context.
 
     ``name_or_path``: a program name (searched in the build directories), ``lib<prog>.so``,
-    ``<prog>.json``, or a ``.fut`` source (compiled first with ``backend``, default c).
+    ``<prog>.json``, or a ``.fut`` source (compiled first, cached).
+    ``backend``: one of c, multicore, cuda, opencl, hip, ispc; default: the best present, as for
+    packaged modules and ``pybridge demo`` (cuda where a GPU is usable, else multicore, else c:
+    :func:`pybridge.backends.choose_backend`), among those built for a name and those this
+    machine can build for a source.
     ``mode``: "auto" (API mode, compiled once and cached, where a C compiler and ``<prog>.h`` are
     present; else ABI mode with a RuntimeWarning saying why), "api" or "abi".
     ``config``: see ``Config`` (debugging, logging, profiling, tuning, cache_file, num_threads,
@@ -305,11 +353,13 @@ def load(
     is refused (with mode "auto": a RuntimeWarning and ABI mode).
     """
     cfg = Config.from_kwargs(**config)
+    if backend is not None:
+        check_backend(backend)
     start = time.perf_counter()
     if str(name_or_path).endswith(".fut"):
         from .build import build_program
 
-        so = build_program(name_or_path, backend=backend or "c")
+        so = build_program(name_or_path, backend=backend)
         manifest_path = so.with_name(f"{so.stem.removeprefix('lib')}.json")
     else:
         so, manifest_path = resolve(name_or_path, backend)
@@ -330,33 +380,40 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[:200]}"
 
 
-def library_for_key(key: str) -> Library:
-    """An open library for a pickled value's key, loading it again if needed."""
+def library_for_key(key: str, instance: str | None = None) -> Library:
+    """The library a pickled or copied value goes into: the very Library it came from (``instance``)
+    while that is open in this process; else the most recently loaded open library of the same file
+    and backend (``key``); else that file loaded again (default mode and configuration)."""
     with _open_lock:
-        lib = _open_libraries.get(key)
-    if lib is not None and not lib.closed:
-        return lib
+        own = _libraries_by_instance.get(instance) if instance else None
+        latest = _open_libraries.get(key)
+    for lib in (own, latest):
+        if lib is not None and lib.key == key and not lib.closed:
+            return lib
     path, backend = key.rsplit("::", 1)
     return load(path, backend=backend)
 
 
-# Pickling handles: a handle pickles as (library key, type name, data) and unpickles by loading
-# that library again (or finding it open). Registered here, the one layer that can load a library,
-# so the handle module never imports this one (copyreg's table is consulted before __reduce_ex__).
-def _restore_array(key: str, type_name: str, data: Any) -> ArrayHandle:
-    return library_for_key(key).types[type_name].new(data)
+# Pickling and copying handles: a handle pickles as (library key, type name, data, library instance)
+# and unpickles into library_for_key's choice: copy.copy, copy.deepcopy and a round trip in one
+# process give a value of the handle's own Library, another process (which knows only the path)
+# the library of that path it has open, or loads. Registered here, the one layer that can load a
+# library, so the handle module never imports this one (copyreg's table is consulted before
+# __reduce_ex__). ``instance`` defaults to None: pickles made before it existed still load.
+def _restore_array(key: str, type_name: str, data: Any, instance: str | None = None) -> ArrayHandle:
+    return library_for_key(key, instance).types[type_name].new(data)
 
 
-def _restore_opaque(key: str, type_name: str, data: bytes) -> OpaqueHandle:
-    return library_for_key(key).types[type_name].restore(data)
+def _restore_opaque(key: str, type_name: str, data: bytes, instance: str | None = None) -> OpaqueHandle:
+    return library_for_key(key, instance).types[type_name].restore(data)
 
 
 def _reduce_array(h: ArrayHandle) -> tuple[Any, ...]:
-    return (_restore_array, (h.library.key, h.type_name, h.numpy()))
+    return (_restore_array, (h.library.key, h.type_name, h.numpy(), h.library.instance))
 
 
 def _reduce_opaque(h: OpaqueHandle) -> tuple[Any, ...]:
-    return (_restore_opaque, (h.library.key, h.type_name, h.store()))
+    return (_restore_opaque, (h.library.key, h.type_name, h.store(), h.library.instance))
 
 
 copyreg.pickle(ArrayHandle, _reduce_array)
@@ -371,6 +428,7 @@ def check_in_subprocess(name_or_path: str | os.PathLike[str], backend: str | Non
         f"lib = pf.load({str(name_or_path)!r}, backend={backend!r}, **{config!r})\n"
         "lib.close(); print('ok')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    # This pybridge in the child, never a pybridge/ of the current directory (python -c imports it first).
+    proc = subprocess.run(python_command(code), capture_output=True, text=True, timeout=timeout, env=child_env())
     ok = proc.returncode == 0 and proc.stdout.strip().endswith("ok")
     return ok, (proc.stdout + proc.stderr).strip()

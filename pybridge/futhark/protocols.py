@@ -39,6 +39,7 @@ class LibraryLike(Protocol):
     mode: str
     raw_ctype: str
     key: str  # "<path>::<backend>": how a pickled handle finds its library again
+    instance: str  # this Library among others of the same file: where copies and round trips go
     ffi: Any
     lib: Any
     manifest: Manifest

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Union
 
 from ..sizeexpr import SizeExpr, SizeExprError, parse_size
-from .types import PRIMITIVES
+from .types import PRIMITIVES, split_array_type
 
 Dim = Union[str, int, SizeExpr, None]  # a size name, a literal size, a size expression, or unknown
 
@@ -149,6 +149,7 @@ class EntryDecl:
 class SourceInfo:
     entries: Mapping[str, EntryDecl]
     types: Mapping[str, TypeExpr] = field(default_factory=dict)
+    docs: Mapping[str, str] = field(default_factory=dict)  # entry or type name -> its doc comment
 
 
 class _ParseError(Exception):
@@ -447,7 +448,54 @@ def parse_source(source: str) -> SourceInfo:
         resolved = tuple(ParamDecl(q.name, resolve(q.type, types)) for q in e.params)
         result = resolve(e.result, types) if e.result is not None else None
         entries[e.name] = EntryDecl(e.name, e.size_params, resolved, e.line, result)
-    return SourceInfo(entries, types)
+    return SourceInfo(entries, types, doc_comments(source))
+
+
+_DOC_TARGET = re.compile(r"\s*(?:entry|type[\^~]?|module\s+type)\s+([A-Za-z_][\w']*)")
+
+
+def doc_comments(source: str) -> dict[str, str]:
+    """``name -> doc`` for every ``entry`` / ``type`` preceded by a ``-- |`` comment block."""
+    docs: dict[str, str] = {}
+    block: list[str] | None = None
+    for line in source.split("\n"):  # Futhark's lines: a form feed or U+2028 does not end a comment
+        stripped = line.strip()
+        if stripped.startswith("-- |") or stripped == "--|":
+            block = [stripped[4:].strip()]
+        elif stripped.startswith("--") and block is not None:
+            block.append(stripped[2:].removeprefix(" "))
+        elif stripped.startswith("--"):
+            continue
+        else:
+            if block is not None and stripped:
+                m = _DOC_TARGET.match(line)
+                if m:
+                    docs[m.group(1)] = "\n".join(block).strip()
+            block = None
+    return docs
+
+
+def spelled_with_sizes(type_name: str, unique: bool, declared: TypeExpr | None = None) -> str:
+    """The manifest's spelling (``*[]f32``, ``[]point``), with the source's size names where the
+    ``.fut`` header declares an array of the same rank (``*[n]f32``, ``[n]point``): the manifest
+    leaves sizes out. A header type of another rank (an abbreviation from elsewhere) adds none."""
+    rank, elem = split_array_type(type_name)
+    if rank and declared is not None and declared.kind != "unknown" and declared.rank == rank:
+        if declared.kind != "prim" or declared.name == elem:
+            type_name = "".join(f"[{'' if d is None else d}]" for d in declared.dims) + elem
+    return ("*" if unique else "") + type_name
+
+
+def declared_results(decl: EntryDecl | None, n: int) -> list[TypeExpr | None]:
+    """The source's type of each of ``n`` results: the result type itself, or its tuple's components."""
+    result = decl.result if decl is not None else None
+    if result is None:
+        return [None] * n
+    if n == 1:
+        return [result]
+    if result.kind == "tuple" and not result.dims and len(result.fields) == n:
+        return [t for _, t in result.fields]
+    return [None] * n
 
 
 def resolve(t: TypeExpr, types: Mapping[str, TypeExpr], _seen: frozenset[str] = frozenset()) -> TypeExpr:
@@ -497,11 +545,14 @@ __all__ = [
     "SourceInfo",
     "TypeExpr",
     "UNKNOWN",
+    "declared_results",
+    "doc_comments",
     "load_source",
     "parse_dims",
     "parse_entry_header",
     "parse_source",
     "resolve",
     "size_names",
+    "spelled_with_sizes",
     "tokenize",
 ]

@@ -21,10 +21,15 @@ from __future__ import annotations
 import keyword
 import re
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from .handles import OpaqueHandle
+from .library import OWN_NAMES
 from .manifest import ArrayInfo, EntryInfo, Manifest, OpaqueInfo
 from .names import python_names
+from .source import SourceInfo, declared_results, parse_source, spelled_with_sizes
+from .source import doc_comments  # noqa: F401 - its former home (now source.py, which pf.load reads too)
 from .types import PRIMITIVES
 
 _INT = "int | np.integer[Any]"
@@ -35,34 +40,57 @@ _NP_SCALAR = {
     "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
     "f16": "float16", "f32": "float32", "f64": "float64", "bool": "bool_",
 }  # fmt: skip
-# Attributes of OpaqueHandle a record field's property must not shadow.
-_HANDLE_ATTRS = frozenset(
-    "free valid ptr library type_name field field_names to_dict is_tuple shape variant payload store numpy info kind".split()
-)
+# A record field is an attribute of its handle unless OpaqueHandle has one of that name (then it is
+# reached as h["name"]); the stub declares a property for the same fields only.
+_HANDLE_ATTRS = frozenset(dir(OpaqueHandle))
 
-_LIBRARY_API = frozenset("mode backend types entry_points close sync report clear_caches entry closed path manifest context".split())
-_DOC_TARGET = re.compile(r"\s*(?:entry|type[\^~]?|module\s+type)\s+([A-Za-z_][\w']*)")
+# The names annotations use, and where each comes from (module, attribute; None: the module itself).
+# An entry point or record field of the same name would hide one (mypy, like Python, looks a name
+# up in the class body before the module, and a module function replaces an import): a stub where
+# that happens imports it as ``__pb_<name>__`` instead and spells it so. No Futhark name starts with
+# two underscores (its identifiers are letters, digits, _ and primes, at most one leading _) and
+# names.python_names never makes one, so no user name can hide those.
+VOCABULARY: dict[str, tuple[str, str | None]] = {
+    **{b: ("builtins", b) for b in ("int", "float", "bool", "tuple", "str", "dict", "object")},
+    "np": ("numpy", None),
+    **{t: ("typing", t) for t in ("Any", "Literal", "TypedDict")},
+    "Sequence": ("collections.abc", "Sequence"),
+    "ArrayHandle": ("pybridge.futhark.handles", "ArrayHandle"),
+    "OpaqueHandle": ("pybridge.futhark.handles", "OpaqueHandle"),
+    "FutharkLibrary": ("pybridge.futhark.library", "Library"),
+}
+_TOKEN = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|(?<![.\w])([A-Za-z_]\w*)""")
 
 
-def doc_comments(source: str) -> dict[str, str]:
-    """``name -> doc`` for every ``entry`` / ``type`` preceded by a ``-- |`` comment block."""
-    docs: dict[str, str] = {}
-    block: list[str] | None = None
-    for line in source.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("-- |") or stripped == "--|":
-            block = [stripped[4:].strip()]
-        elif stripped.startswith("--") and block is not None:
-            block.append(stripped[2:].removeprefix(" "))
-        elif stripped.startswith("--"):
-            continue
-        else:
-            if block is not None and stripped:
-                m = _DOC_TARGET.match(line)
-                if m:
-                    docs[m.group(1)] = "\n".join(block).strip()
-            block = None
-    return docs
+
+
+def private(name: str) -> str:
+    """The spelling of a vocabulary name that no user name can hide."""
+    return f"__pb_{name}__"
+
+
+def qualify(annotation: str, hidden: frozenset[str]) -> str:
+    """``annotation`` with each hidden vocabulary name in its private spelling (string literals,
+    such as Literal['np'] or a TypedDict key, and attributes such as np.int32 are left alone)."""
+    if not hidden:
+        return annotation
+    return _TOKEN.sub(lambda m: private(m.group(1)) if m.group(1) in hidden else m.group(0), annotation)
+
+
+def import_lines(hidden: frozenset[str]) -> str:
+    """The imports of the vocabulary: the usual ones, and the private ones of the hidden names."""
+    plain: dict[str, list[str]] = {}
+    lines = []
+    for name, (module, attr) in VOCABULARY.items():
+        if name in hidden:
+            lines.append(f"import {module} as {private(name)}" if attr is None else f"from {module} import {attr} as {private(name)}")
+        elif attr is None:
+            lines.append(f"import {module} as {name}")
+        elif module != "builtins":
+            plain.setdefault(module, []).append(attr if attr == name else f"{attr} as {name}")
+    lines += [f"from {m} import {', '.join(names)}" for m, names in plain.items()]
+    return "\n".join(sorted(lines, key=lambda ln: ln.split()[1])) + "\n"
+
 
 
 def _class_name(type_name: str) -> str:
@@ -98,9 +126,30 @@ class Entry:
     result: str
     doc: str
 
-    def signature(self, self_param: bool = False) -> str:
-        params = (["self"] if self_param else []) + [f"{p.name}: {p.annotation}" for p in self.params]
-        return f"def {self.name}({', '.join(params)}) -> {self.result}"
+    @property
+    def receiver(self) -> str:
+        """The name of a method's first parameter: ``self``, unless a parameter is named so."""
+        return private("self") if any(p.name == "self" for p in self.params) else "self"
+
+    def signature(self, hidden: frozenset[str] = frozenset(), method: bool = False) -> str:
+        """``def name(params) -> result`` (a method's: with its receiver first); ``hidden``: the
+        vocabulary names to spell privately (``qualify``)."""
+        params = ([self.receiver] if method else []) + [f"{p.name}: {qualify(p.annotation, hidden)}" for p in self.params]
+        return f"def {self.name}({', '.join(params)}) -> {qualify(self.result, hidden)}"
+
+    def call(self, target: str) -> str:
+        """``target(arg, ...)``: this entry point's parameters passed on as they came."""
+        return f"{target}({', '.join(p.name for p in self.params)})"
+
+
+def user_names(manifest: Manifest) -> frozenset[str]:
+    """The Python spellings a library's stub binds: its entry points (functions, methods) and record
+    fields (properties). Class names avoid them, and the vocabulary names among them are hidden."""
+    names = set(python_names(list(manifest.entry_points)))
+    for info in manifest.types.values():
+        if isinstance(info, OpaqueInfo) and info.record is not None:
+            names.update(python_names([f.name for f in info.record.fields]))
+    return frozenset(names)
 
 
 class PyTypes:
@@ -112,22 +161,29 @@ class PyTypes:
         docs: dict[str, str] | None = None,
         reserved: frozenset[str] = frozenset(),
         shared: dict[str, str] | None = None,
+        source: SourceInfo | None = None,
     ):
-        """``reserved``: names the classes must not take; ``shared``: type name -> class name of
-        libraries already declared in the same module (reused, not declared again)."""
+        """``reserved``: names the classes must not take (besides the vocabulary and this library's
+        ``user_names``); ``shared``: type name -> class name of libraries already declared in the
+        same module (reused, not declared again); ``source``: the program's parsed headers, whose
+        size names the docstrings' Futhark types keep."""
         self.manifest = manifest
         self.docs = docs or {}
+        self.source = source
         self.classes: dict[str, str] = {}  # manifest type name -> Python class name
         self.declared_elsewhere = set(shared or {})
-        taken = set(reserved) | set((shared or {}).values())
-        for t in manifest.types:
+        taken = set(reserved) | set(VOCABULARY) | user_names(manifest) | set((shared or {}).values())
+        for t, info in manifest.types.items():
             if shared and t in shared:
                 self.classes[t] = shared[t]
                 continue
             name = _class_name(t)
-            while name in taken or keyword.iskeyword(name):
+            with_dict = isinstance(info, OpaqueInfo) and info.record is not None and not self._is_tuple(info)
+            while name in taken or keyword.iskeyword(name) or (with_dict and name + "Dict" in taken):
                 name += "_"
             taken.add(name)
+            if with_dict:
+                taken.add(name + "Dict")
             self.classes[t] = name
 
     # ---------------------------------------------------------------- annotations
@@ -176,19 +232,24 @@ class PyTypes:
 
     def _entry(self, py: str, e: EntryInfo) -> Entry:
         pnames = python_names([p.name for p in e.inputs])
-        params = tuple(Param(pn, p.name, self.input(p.type), ("*" if p.unique else "") + p.type) for pn, p in zip(pnames, e.inputs))
+        decl = self.source.entries.get(e.name) if self.source is not None else None
+        declared = [d.type if decl is not None and (d := decl.param(p.name)) is not None else None for p in e.inputs]
+        params = tuple(Param(pn, p.name, self.input(p.type), spelled_with_sizes(p.type, p.unique, d))
+                       for pn, p, d in zip(pnames, e.inputs, declared))
         outs = [self.output(o.type) for o in e.outputs]
         result = outs[0] if len(outs) == 1 else f"tuple[{', '.join(outs)}]" if outs else "None"
+        sizes = "".join(f" [{n}]" for n in decl.size_params) if decl is not None else ""
         header = " ".join(f"({p.futhark_name}: {p.futhark_type})" for p in params)
-        ftype = ", ".join(("*" if o.unique else "") + o.type for o in e.outputs)
+        ftype = ", ".join(spelled_with_sizes(o.type, o.unique, d) for o, d in zip(e.outputs, declared_results(decl, len(e.outputs))))
         ftype = ftype if len(e.outputs) == 1 else f"({ftype})"
         doc = self.docs.get(e.name, "").strip()
-        futhark = f"Futhark: entry {e.name} {header} : {ftype}".replace("  ", " ")
+        futhark = f"Futhark: entry {e.name}{sizes} {header} : {ftype}".replace("  ", " ")
         return Entry(py, e.name, params, result, f"{doc}\n\n{futhark}" if doc else futhark)
 
     # ---------------------------------------------------------------- class declarations
-    def stub_classes(self) -> list[str]:
+    def stub_classes(self, hidden: frozenset[str] = frozenset()) -> list[str]:
         """Stub text of every handle class (and record TypedDict)."""
+        q = partial(qualify, hidden=hidden)
         out = []
         for t, cls in self.classes.items():
             if t in self.declared_elsewhere:
@@ -198,10 +259,10 @@ class PyTypes:
             if isinstance(info, ArrayInfo):
                 shape = ", ".join(["int"] * info.rank)
                 out.append(
-                    f"class {cls}(ArrayHandle):\n"
+                    f"class {cls}({q('ArrayHandle')}):\n"
                     f"    {_docstring(doc or f'A {t} held by the library (read it with .numpy()).', 4)}\n"
-                    f"    @property\n    def shape(self) -> tuple[{shape}]: ...\n"
-                    f"    def numpy(self) -> {self._ndarray(info)}: ...\n"
+                    f"    @property\n    def shape(self) -> {q(f'tuple[{shape}]')}: ...\n"
+                    f"    def numpy(self) -> {q(self._ndarray(info))}: ...\n"
                 )
                 continue
             body = [f"    {_docstring(doc or f'The Futhark type {t}, held by the library.', 4)}"]
@@ -209,18 +270,18 @@ class PyTypes:
                 fields = info.record.fields
                 fnames = python_names([f.name for f in fields])
                 for fn, f in zip(fnames, fields):
-                    if fn.isidentifier() and fn not in _HANDLE_ATTRS and not keyword.iskeyword(fn):
-                        body.append(f"    @property\n    def {fn}(self) -> {self.output(f.type)}: ...")
+                    if fn not in _HANDLE_ATTRS:
+                        body.append(f"    @property\n    def {fn}(self) -> {q(self.output(f.type))}: ...")
                 if not self._is_tuple(info):
-                    items = ", ".join(f"{f.name!r}: {self.input(f.type)}" for f in fields)
-                    out.append(f"{cls}Dict = TypedDict({cls + 'Dict'!r}, {{{items}}})\n")
+                    items = ", ".join(f"{f.name!r}: {q(self.input(f.type))}" for f in fields)
+                    out.append(f"{cls}Dict = {q('TypedDict')}({cls + 'Dict'!r}, {{{items}}})\n")
             if info.sum is not None:
                 variants = ", ".join(repr(v.name) for v in info.sum.variants)
-                body.append(f"    @property\n    def variant(self) -> Literal[{variants}]: ...")
-            out.append(f"class {cls}(OpaqueHandle):\n" + "\n".join(body) + "\n")
+                body.append(f"    @property\n    def variant(self) -> {q('Literal')}[{variants}]: ...")
+            out.append(f"class {cls}({q('OpaqueHandle')}):\n" + "\n".join(body) + "\n")
         return out
 
-    def runtime_aliases(self) -> list[str]:
+    def runtime_aliases(self, hidden: frozenset[str] = frozenset()) -> list[str]:
         """The same names for the generated module (run time): aliases of pybridge's handle classes
         (and the record TypedDicts, as plain dict)."""
         out = []
@@ -228,52 +289,61 @@ class PyTypes:
             if t in self.declared_elsewhere:
                 continue
             info = self.manifest.types[t]
-            out.append(f"{cls} = _ArrayHandle" if isinstance(info, ArrayInfo) else f"{cls} = _OpaqueHandle")
+            out.append(f"{cls} = {qualify('ArrayHandle' if isinstance(info, ArrayInfo) else 'OpaqueHandle', hidden)}")
             if isinstance(info, OpaqueInfo) and info.record is not None and not self._is_tuple(info):
-                out.append(f"{cls}Dict = dict")
+                out.append(f"{cls}Dict = {qualify('dict', hidden)}")
         return out
 
 
+def _escape(c: str) -> str:
+    if c in "\\\"":
+        return "\\" + c
+    if c in "\n\t" or c.isprintable():
+        return c
+    return c.encode("unicode_escape").decode("ascii")  # a control character, U+2028, a lone surrogate
+
+
 def _docstring(text: str, indent: int) -> str:
-    text = text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    """A triple-quoted literal whose value is ``text`` (its lines after the first indented by
+    ``indent``): every backslash and quote escaped, so no text can end or break it."""
     pad = " " * indent
-    lines = text.splitlines() or [""]
+    lines = "".join(_escape(c) for c in text).split("\n")
     if len(lines) == 1:
         return f'"""{lines[0]}"""'
     return '"""' + lines[0] + "\n" + "\n".join((pad + ln) if ln else "" for ln in lines[1:]) + "\n" + pad + '"""'
 
 
-STUB_HEADER = """\
-# Generated by pybridge {what}: the Python-side types of {sources}. Do not edit.
-from collections.abc import Sequence
-from typing import Any, Literal, TypedDict
-
-import numpy as np
-
-from pybridge.futhark.handles import ArrayHandle, OpaqueHandle
-"""
+def stub_header(what: str, sources: str, hidden: frozenset[str]) -> str:
+    """The first comment line (``sources`` on one line, whatever its file names hold) and the imports."""
+    one_line = sources.encode("unicode_escape").decode("ascii")
+    return f"# Generated by pybridge {what}: the Python-side types of {one_line}. Do not edit.\n" + import_lines(hidden)
 
 
 def library_stub(manifest: Manifest, source: str | None = None, origin: str = "a Futhark library") -> str:
     """The ``.pyi`` for a library loaded with ``pf.load``: handle classes and ``class Library`` (the
     library's interface with the entry points as typed methods), for ``typing.cast``."""
-    types = PyTypes(manifest, doc_comments(source) if source else {}, frozenset({"Library"}))
-    parts = [STUB_HEADER.format(what="stubs", sources=origin), *types.stub_classes()]
+    parsed = parse_source(source) if source else None
+    types = PyTypes(manifest, dict(parsed.docs) if parsed else {}, frozenset({"Library"}), source=parsed)
+    hidden = frozenset(VOCABULARY) & user_names(manifest)
+    q = partial(qualify, hidden=hidden)
+    parts = [stub_header("stubs", origin, hidden), *types.stub_classes(hidden)]
+    # Entry points named like the library's own attributes are not attributes at run time (they
+    # are lib["close"]), so not methods here either.
     methods = [
-        f"    {e.signature(True)}:\n        {_docstring(e.doc, 8)}\n        ..."
+        f"    {e.signature(hidden, method=True)}:\n        {_docstring(e.doc, 8)}\n        ..."
         for e in types.entries()
-        if e.name.isidentifier() and e.name not in _LIBRARY_API
+        if e.name not in OWN_NAMES
     ]
     # Not a subclass of pybridge's Library: its __getattr__ (entry points by name) would let any
     # misspelt name through. The part of its interface a caller uses, then the entry points.
     parts.append(
         "class Library:\n"
         f"    {_docstring(f'{origin}: its entry points as typed methods. Use: typing.cast(module.Library, pf.load(...)).', 4)}\n"
-        "    mode: str\n    backend: str\n    types: dict[str, Any]\n    entry_points: dict[str, Any]\n"
-        "    def close(self) -> None: ...\n    def sync(self) -> None: ...\n    def report(self) -> dict[str, Any]: ...\n"
-        "    def clear_caches(self) -> None: ...\n    def entry(self, name: str) -> Any: ...\n"
-        "    def __getitem__(self, name: str) -> Any: ...\n"
-        "    def __enter__(self) -> Library: ...\n    def __exit__(self, *exc: object) -> None: ...\n"
+        f"    mode: {q('str')}\n    backend: {q('str')}\n    types: {q('dict[str, Any]')}\n    entry_points: {q('dict[str, Any]')}\n"
+        f"    def close(self) -> None: ...\n    def sync(self) -> None: ...\n    def report(self) -> {q('dict[str, Any]')}: ...\n"
+        f"    def clear_caches(self) -> None: ...\n    def entry(self, name: {q('str')}) -> {q('Any')}: ...\n"
+        f"    def __getitem__(self, name: {q('str')}) -> {q('Any')}: ...\n"
+        f"    def __enter__(self) -> Library: ...\n    def __exit__(self, *exc: {q('object')}) -> None: ...\n"
         + "\n".join(methods)
         + "\n"
     )
@@ -284,5 +354,5 @@ def write_library_stub(fut: str | Path, manifest: Manifest, out: str | Path) -> 
     """Write ``library_stub`` of ``fut`` (compiled to ``manifest``) to ``out``."""
     src = Path(fut)
     text = library_stub(manifest, src.read_text(errors="replace"), src.name)
-    Path(out).write_text(text)
+    Path(out).write_text(text, encoding="utf-8")
     return Path(out)

@@ -5,7 +5,7 @@ Per backend the wheel holds each program's library, manifest and source and its 
 compiled here (``binding.build_api_module``), plus a generated module (``import NAME``,
 ``NAME.load(backend=None)``, the entry points as functions and methods) with its ``.pyi`` stub and
 ``py.typed``. The wheel is written by the ``wheel`` package's ``WheelFile`` (RECORD with hashes);
-its metadata require pybridge's run time only (pybridge, numpy, cffi).
+its metadata require pybridge's run time only (pybridge-futhark at a compatible version, numpy, cffi).
 
     NAME/__init__.py, __init__.pyi, py.typed
     NAME/_futhark/package.json                       programs and files per backend
@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..executables import child_env, configured, python_module_command
 from .errors import PackageError
 
 if TYPE_CHECKING:
@@ -37,19 +38,18 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BACKENDS = ("c", "multicore")
 SUPPORTED_BACKENDS = ("c", "multicore", "cuda")
+# The top-level modules a package's run time imports (pybridge, its dependencies and theirs): a
+# package named like one would overwrite it when installed.
+RUNTIME_MODULES = frozenset({"pybridge", "numpy", "cffi", "_cffi_backend", "pycparser", "platformdirs", "filelock"})
 _VERSION = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?\Z")  # PEP 440, public versions
 
 
 def cuda_toolkit() -> tuple[bool, str]:
-    """Whether the cuda backend can be built here: nvcc and the toolkit's cuda.h and nvrtc.h."""
-    from ..futhark.build import cuda_home
+    """Whether the cuda backend can be built here (``pybridge.futhark.build.cuda_toolkit``; imported
+    when asked, so that ``pybridge -h`` does not load the Futhark layer)."""
+    from ..futhark.build import cuda_toolkit as check
 
-    if shutil.which(os.environ.get("NVCC", "nvcc")) is None:
-        return False, "nvcc not found"
-    for header in ("cuda.h", "nvrtc.h"):  # Futhark's cuda backend includes both
-        if not (cuda_home() / "include" / header).is_file():
-            return False, f"no {header} in {cuda_home() / 'include'} (set CUDA_HOME to the toolkit)"
-    return True, ""
+    return check()
 
 
 def wheel_tag() -> str:
@@ -65,8 +65,12 @@ def _check_args(name: str, version: str, backends: list[str], sources: list[Path
     for what, text in (("license", license), ("summary", summary or "")):
         if "\n" in text or "\r" in text:
             raise PackageError(f"{what}: must be one line (it is a metadata field), got {text!r}")
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name) or name == "pybridge":
-        raise PackageError(f"name: {name!r} must be a Python module name (letters, digits, _; not a keyword, not pybridge)")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name):
+        raise PackageError(f"name: {name!r} must be a Python module name (letters, digits, _; not a keyword)")
+    if name in sys.stdlib_module_names or name == "__main__":
+        raise PackageError(f"name: {name!r} is a module of Python itself: `import {name}` would never reach the package; pick another name")
+    if name in RUNTIME_MODULES:
+        raise PackageError(f"name: {name!r} is a module the package needs at run time: installing the package would overwrite it; pick another name")
     if not _VERSION.match(version):
         raise PackageError(f"version: {version!r} is not a PEP 440 version such as 1.0 or 0.2.1")
     if not backends:
@@ -171,8 +175,8 @@ def build_package(
         (pkg / "_futhark" / "package.json").write_text(
             json.dumps({"format": 1, "name": name, "version": version, "backends": index}, indent=1) + "\n"
         )
-        (pkg / "__init__.py").write_text(module_source(name, version, text, programs, backends))
-        (pkg / "__init__.pyi").write_text(module_stub(name, version, programs, backends))
+        (pkg / "__init__.py").write_text(module_source(name, version, text, programs, backends), encoding="utf-8")
+        (pkg / "__init__.pyi").write_text(module_stub(name, version, programs, backends), encoding="utf-8")
         (pkg / "py.typed").write_text("")
         wheel = write_wheel(pkg, version, tag, Path(tmp) / "wheel", license=license, summary=text)
         if manylinux:
@@ -188,7 +192,9 @@ def build_package(
 def manylinux_tag(wheel: Path) -> str:
     """The platform tag ``auditwheel show`` finds ``wheel`` consistent with, if it is a manylinux
     (or musllinux) one; PackageError with auditwheel's words otherwise."""
-    proc = subprocess.run([sys.executable, "-m", "auditwheel", "show", str(wheel)], capture_output=True, text=True)
+    # Not `python -m auditwheel`: that imports an auditwheel.py of the current directory first.
+    proc = subprocess.run(python_module_command("auditwheel", "show", str(wheel)), capture_output=True, text=True,
+                          env=child_env())
     if proc.returncode != 0 and "No module named auditwheel" in proc.stderr:
         raise PackageError("manylinux: needs auditwheel (pip install auditwheel)")
     text = " ".join(proc.stdout.split())

@@ -1,4 +1,4 @@
-"""Property tests of Futhark entry points and CUDA kernels against NumPy, derived from signatures.
+"""Property tests of Futhark entry points and CUDA kernels against NumPy, derived from signatures::
 
     import numpy as np, pybridge.futhark as pf
     from pybridge.testing import check_against
@@ -16,6 +16,13 @@ Modules: ``strategies`` (inputs from manifests, Futhark headers and CUDA signatu
 (tolerances, ``check_against``), ``stateful`` (a state machine over handle lifecycles),
 and the ``.fut`` header reader, which is ``pybridge.futhark``'s (``pf.load_source``, ``pybridge.futhark.source``).
 """
+
+try:
+    import hypothesis  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised where hypothesis is absent
+    from ..distribution import install_hint
+
+    raise ImportError(f"pybridge.testing needs hypothesis: {install_hint('testing')} [{e}]") from e
 
 from .compare import (
     DEFAULT_TOLERANCES,

@@ -43,7 +43,10 @@ def _librt() -> Any:
     libc = ctypes.CDLL(None, use_errno=True)
     if hasattr(libc, "timer_create"):
         return libc
-    return ctypes.CDLL(ctypes.util.find_library("rt") or "librt.so.1", use_errno=True)
+    try:  # by its soname: find_library would run ldconfig, gcc or ld to find it
+        return ctypes.CDLL("librt.so.1", use_errno=True)
+    except OSError:
+        return ctypes.CDLL(ctypes.util.find_library("rt"), use_errno=True)
 
 
 class Alarm:

@@ -23,6 +23,9 @@ runs random sequences of:
 - interrupted call (Ctrl-C): a KeyboardInterrupt at a drawn moment 1-400 µs into a call (the main
   thread only); results owned or freed, a consumed argument invalid or untouched, no lock left held.
 
+A sequence that runs longer than ``hang_limit_s`` (a hang: a lock left held, a wait in Futhark that
+never ends) writes every thread's stack and ends the process (``pybridge.testing.watchdog``).
+
 Aliasing invariant: after every step, every live handle (arrays and records) still reads as its
 model. Results may share memory with arguments (``entry ident (xs: []i32) = xs``), projections
 with their record: consuming one of them must never change another (pybridge copies first).
@@ -52,6 +55,7 @@ from hypothesis.extra.numpy import array_shapes, arrays
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ..convert import to_numpy
+from . import watchdog
 from .alarm import Alarm
 from .strategies import PrimSpec, elements, entry_spec, inputs
 
@@ -76,6 +80,9 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 THREAD_CALL_TIMEOUT_S = 60.0  # a call from a second thread that takes longer found a lock left held
+# One sequence normally takes well under a second; a failing one waits THREAD_CALL_TIMEOUT_S at most
+# once or twice before it raises. Longer is a hang, shown with every thread's stack (watchdog.py).
+SEQUENCE_LIMIT_S = 300.0
 
 
 def _lock_is_free(lock: Any, timeout: float) -> bool:
@@ -102,6 +109,7 @@ def handle_lifecycle_machine(
     ranges: Mapping[str, tuple[float | None, float | None]] | None = None,
     settings: Settings | None = None,
     interrupts: bool | None = None,
+    hang_limit_s: float | None = SEQUENCE_LIMIT_S,
 ) -> type[RuleBasedStateMachine]:
     """A state machine class for ``lib`` (a loaded ``pybridge.futhark`` library).
 
@@ -113,7 +121,9 @@ def handle_lifecycle_machine(
     settings of the ``TestCase`` (default: 50 examples, deadline off); ``interrupts``: the rule
     ``interrupted_call``, a KeyboardInterrupt (SIGALRM to the main thread, ``pybridge.testing.alarm``)
     at a drawn moment of a call, as Ctrl-C raises it (RELIABILITY.md, "Ctrl-C"); None (the default):
-    on where the alarm works (Linux).
+    on where the alarm works (Linux). ``hang_limit_s``: the seconds one sequence may take before
+    every thread's stack is written and the process exits (``pybridge.testing.watchdog``; it
+    replaces other code's faulthandler timer meanwhile); None: no limit.
     """
     from ..futhark import FutharkError, InvalidHandleError
     from ..futhark.manifest import ArrayInfo, OpaqueInfo
@@ -181,6 +191,8 @@ def handle_lifecycle_machine(
             self.alarm: Alarm | None = None  # made by the first interrupted call (main thread)
             self.base = lib.live_values()
             type(self).sequences += 1
+            # Last: teardown, which Hypothesis runs for every machine it made, stops it.
+            self.hang_limit = watchdog.start(hang_limit_s) if hang_limit_s is not None else None
 
         # -- helpers
         def live(self, type_name: str | None = None) -> list[Tracked]:
@@ -467,11 +479,15 @@ def handle_lifecycle_machine(
             assert count == want, f"library has {count} live values, model says {want} ({self.tracked})"
 
         def teardown(self) -> None:
-            for t in self.tracked:
-                t.handle.free()
-                t.state = "freed" if t.state == "live" else t.state
-            count = lib.live_values()
-            assert count == self.base, f"{count - self.base} value(s) leaked after freeing everything"
+            try:
+                for t in self.tracked:
+                    t.handle.free()
+                    t.state = "freed" if t.state == "live" else t.state
+                count = lib.live_values()
+                assert count == self.base, f"{count - self.base} value(s) leaked after freeing everything"
+            finally:
+                if self.hang_limit is not None:
+                    watchdog.stop(self.hang_limit)
 
     HandleMachine.__name__ = HandleMachine.__qualname__ = f"HandleMachine_{getattr(lib.path, 'stem', 'lib')}"
     HandleMachine.TestCase.settings = settings or Settings(

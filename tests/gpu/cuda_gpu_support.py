@@ -22,7 +22,7 @@ def require_cuda() -> None:
     except ImportError as e:
         pytest.skip(
             f"PyCUDA is not importable ({e}): on the GPU machine run `source .gpu-wheels/install.sh` "
-            "(see shared/gpu-wheels/README.md) or pip install 'pybridge[cuda]'"
+            "(see shared/gpu-wheels/README.md) or pip install pycuda"
         )
     from pybridge.cuda import device_count, ensure_context
     from pybridge.paths import find_build_file

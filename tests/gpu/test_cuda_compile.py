@@ -36,7 +36,7 @@ def _gpu() -> None:
     try:
         import pycuda.driver  # noqa: F401
     except ImportError as e:
-        pytest.skip(f"PyCUDA is not importable ({e}): `source .gpu-wheels/install.sh` or pip install 'pybridge[cuda]'")
+        pytest.skip(f"PyCUDA is not importable ({e}): `source .gpu-wheels/install.sh` or pip install pycuda")
     from pybridge import cuda
 
     if cuda.device_count() == 0:

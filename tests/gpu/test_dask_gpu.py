@@ -17,8 +17,8 @@ from conftest import GPU_OK  # noqa: E402
 
 if GPU_OK:
     cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-    da = pytest.importorskip("dask.array", reason="dask is not installed: pip install '.[dask]'")
-    distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
+    da = pytest.importorskip("dask.array", reason="dask is not installed: pip install 'dask[array]' distributed")
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install 'dask[array]' distributed")
 
 import pybridge.dask as pbd  # noqa: E402
 from pybridge.paths import find_build_file  # noqa: E402

@@ -78,9 +78,10 @@ for backend in shipdemo.BACKENDS:
         check(lib)
 
 # The module functions: the best backend present (cuda only where a GPU is usable).
-np.testing.assert_allclose(shipdemo.scale(2.0, a32).numpy(), a32 * 2, rtol=1e-6)
+scaled = shipdemo.scale(2.0, a32)
+np.testing.assert_allclose(scaled.numpy(), a32 * 2, rtol=1e-6)
 np.testing.assert_allclose(shipdemo.matmul(a32, b32).numpy(), a32 @ b32, rtol=1e-4, atol=1e-5)
-assert shipdemo._default().backend == expect_default and shipdemo._default().mode == "api", shipdemo._default()
+assert (scaled.library.backend, scaled.library.mode) == (expect_default, "api"), scaled.library
 
 # help() shows the signature and the -- | doc comment.
 text = pydoc.render_doc(shipdemo.matmul, renderer=pydoc.plaintext)

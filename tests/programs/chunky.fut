@@ -18,3 +18,12 @@ entry add_rows [k] [m] (ps: [k][m]i32) : [m]i32 =
 -- two arrays that must agree on their first axis only.
 entry add_first [n] [m] [p] (xs: [n][m]f32) (ys: [n][p]f32) : [n]f32 =
   map2 (\x y -> f32.sum x + f32.sum y) xs ys
+
+-- | Each element plus the sum of 0..k-1, where k is the block's first element, through a
+-- materialised array of k elements: a block whose first element is huge asks for that much memory
+-- (out of memory in that block only).
+entry alloc_first [n] (xs: [n]i64) : [n]i64 =
+  let k = if n == 0 then 0 else i64.max 0 xs[0]
+  let big = scan (+) 0 (iota k)
+  let s = if k == 0 then 0 else big[k - 1]
+  in map (+ s) xs

@@ -1,0 +1,191 @@
+"""What ``pybridge bench scaling`` runs on the workers: one function per (row, implementation), each
+``fn(comm, *blocks)`` for ``pybridge.dask.spmd`` (device blocks on GPU workers, NumPy on CPU ones),
+and the one-device timings ("direct": the same work in one worker, no Dask in the timed loop).
+
+The pybridge implementations go through ``pybridge.dask.blocks.call_entry`` (what every pybridge.dask
+task does: the worker's resident context, blocks in and out without a copy); "peer" is the same
+graph with CuPy (NumPy on CPU) doing the block's work; "floor" is the same graph doing none.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from ..dask.blocks import array_module, call_entry, wait_for_device
+
+# ---------------------------------------------------------------- per-rank work
+
+
+def floor(comm: Any, *blocks: Any) -> Any:
+    """Dask's own cost of the graph: the task returns a one-element slice of its first block."""
+    return blocks[0][:1]
+
+
+def synced(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` for a ``da.map_blocks`` graph, ending as every timed task does: its GPU work waited
+    for (``pbd.map_blocks(..., sync=True)`` and ``pbd.spmd(..., sync=True)`` do the same)."""
+
+    def run(*blocks: Any) -> Any:
+        out = fn(*blocks)
+        wait_for_device(out)
+        return out
+
+    return run
+
+
+def first(x: Any, y: Any) -> Any:
+    """B0's plain-Dask task: the block passed through (no work)."""
+    return x
+
+
+def saxpy_iter(entry: Any, iters: int, a: float) -> Callable[..., Any]:
+    def run(comm: Any, xs: Any, ys: Any) -> Any:
+        return call_entry(entry, (np.int32(iters), np.float32(a), xs, ys))
+
+    return run
+
+
+def saxpy_iter_peer(iters: int, a: float) -> Callable[..., Any]:
+    def run(comm: Any, xs: Any, ys: Any) -> Any:
+        a32 = np.float32(a)
+        for _ in range(iters):
+            ys = a32 * xs + ys
+        return ys
+
+    return run
+
+
+def make_b(n: int, seed: int) -> Callable[..., Any]:
+    """B of the matmul row, made on rank 0 only (an empty block elsewhere), to be broadcast."""
+
+    def run(comm: Any, a: Any) -> Any:
+        xp = array_module(a)
+        if comm.rank == 0:
+            return xp.random.default_rng(seed).standard_normal((n, n), dtype=np.float32)
+        return xp.empty((0, n), np.float32)
+
+    return run
+
+
+def broadcast_b(n: int) -> Callable[..., Any]:
+    def run(comm: Any, b: Any) -> Any:
+        return comm.broadcast(b if comm.rank == 0 else None, 0, shape=(n, n), dtype=np.float32)
+
+    return run
+
+
+def matmul_futhark(entry: Any) -> Callable[..., Any]:
+    def run(comm: Any, a: Any, b: Any) -> Any:
+        return call_entry(entry, (a, b))
+
+    return run
+
+
+def matmul_peer(comm: Any, a: Any, b: Any) -> Any:
+    return a @ b  # cuBLAS SGEMM on GPUs (CUPY_TF32=0: float32 arithmetic), NumPy's BLAS on CPUs
+
+
+_launchers: Any = None
+
+
+def matmul_kernel(comm: Any, a: Any, b: Any) -> Any:
+    """pybridge's own CUDA matmul (kernels_cu/matmul.cu through pybridge.cuda's host launcher), on
+    the worker's current CuPy stream."""
+    global _launchers
+    import cupy
+
+    from .. import cuda
+
+    if _launchers is None:
+        _launchers = cuda.load_launchers("matmul")
+    m, k = a.shape
+    n = b.shape[1]
+    c = cupy.empty((m, n), np.float32)
+    _launchers.launch_matmul(a, b, c, m, n, k, stream=cupy.cuda.get_current_stream())
+    return c
+
+
+def mandelbrot_frame(entry: Any, side: int, max_iter: int) -> Callable[..., Any]:
+    """Rank r's frame: the view [-2.25, 0.75] x [-1.5, 1.5] shifted by r/100 of a pixel."""
+    d = np.float32(3.0 / side)
+
+    def run(comm: Any, frame: Any) -> Any:
+        x0 = np.float32(-2.25 + comm.rank * float(d) / 100)
+        return call_entry(entry, (np.int64(side), np.int64(side), x0, np.float32(-1.5), d, d, np.int32(max_iter)))
+
+    return run
+
+
+# ---------------------------------------------------------------- transfers, timed inside the task
+
+
+def _device_sync(x: Any) -> None:
+    if array_module(x) is not np:
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
+
+def _median_seconds(step: Callable[[], Any], on: Any, repeat: int, before: Callable[[], Any] | None = None) -> Any:
+    """Median seconds of ``step()`` over ``repeat`` runs after one warm-up (the device idle first)."""
+    out = []
+    for i in range(repeat + 1):
+        _device_sync(on)
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        step()
+        if i:
+            out.append(time.perf_counter() - t0)
+    return np.asarray([np.median(out)])
+
+
+def p2p_bandwidth(nbytes: int, repeat: int) -> Callable[..., Any]:
+    """Rank 0 sends ``nbytes`` to rank 1 (``exchange``); every rank returns seconds per transfer."""
+
+    def run(comm: Any, block: Any) -> Any:
+        buf = array_module(block).ones(nbytes, np.uint8)
+        sends = {1: buf} if comm.rank == 0 else {}
+        recvs = {0: ((nbytes,), np.uint8)} if comm.rank == 1 else {}
+        return _median_seconds(lambda: comm.exchange(sends, recvs), buf, repeat)
+
+    return run
+
+
+def allreduce_time(count: int, repeat: int) -> Callable[..., Any]:
+    """Seconds of an all-reduce (sum) of ``count`` float32 on every rank, ranks lined up first."""
+
+    def run(comm: Any, block: Any) -> Any:
+        x = array_module(block).ones(count, np.float32)
+        return _median_seconds(lambda: comm.allreduce(x), x, repeat, before=comm.barrier)
+
+    return run
+
+
+# ---------------------------------------------------------------- one device, no Dask
+
+
+def direct(fn: Callable[..., Any], make_inputs: Callable[[Any], tuple[Any, ...]], gpu: bool, repeat: int) -> list[float]:
+    """On a worker (submitted as a task): ``fn(Rank(0, 1), *inputs)`` timed as call + device sync,
+    one warm-up, ``repeat`` runs, inputs made there first."""
+    from ..dask.spmd import Rank
+
+    xp: Any = np
+    if gpu:
+        import cupy
+
+        xp = cupy
+    inputs = make_inputs(xp)
+    samples = []
+    for i in range(repeat + 1):
+        t0 = time.perf_counter()
+        out = fn(Rank(0, 1), *inputs)
+        if gpu:
+            xp.cuda.runtime.deviceSynchronize()
+        if i:
+            samples.append(time.perf_counter() - t0)
+        del out
+    return samples
