@@ -55,7 +55,7 @@ static PyObject *np_float64, *np_float32, *np_float16, *np_bool;
 static double f32_max;
 static PyObject *s_freed, *s_live, *s_parent, *s_acquire, *s_release, *s_describe, *s_error, *s_free, *s_state,
     *s_ctx, *s_closed, *s_live_ptr, *s_pointer, *s_ffi, *s_cast, *s_uintptr, *s_closed_msg, *s_general, *s_bind,
-    *s_convert_scalars, *s_explained;
+    *s_convert_scalars, *s_explained, *s_voidp;
 static long exports_alive; /* DLPack capsules made here whose consumer has not released them */
 
 static PyTypeObject *StateType, *ValueType, *ArrayBaseType, *OpaqueBaseType, *PlanType;
@@ -972,8 +972,42 @@ static int to_slot(int code, PyObject *v, pybridge_slot *s) {
     return 0;
 }
 
+/* context._State.free_orphan: free the value registered under `key`, whose handle is gone (a
+ * __del__ that an interrupt cut short left it; a new handle at the same address is about to
+ * register). The pointer is made while the entry is still registered, then the entry goes and the
+ * free follows with no Python code in between (cffi's cast and call run none). Lock held. */
+static int free_orphan(StateObject *s, PyObject *key) {
+    PyObject *entry = PyDict_GetItemWithError(s->values, key);
+    if (entry == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_Check(entry) || PyTuple_Size(entry) != 2) {
+        PyErr_SetString(PyExc_TypeError, "a registry entry is (free function, pointer)");
+        return -1;
+    }
+    PyObject *free_obj = PyTuple_GetItem(entry, 0), *ptr = PyTuple_GetItem(entry, 1), *ctx = NULL;
+    Py_INCREF(free_obj);
+    if (PyLong_CheckExact(ptr)) { /* registered by a plan: an address */
+        PyObject *ffi = PyObject_GetAttr((PyObject *)s, s_ffi);
+        ptr = ffi == NULL ? NULL : PyObject_CallMethodObjArgs(ffi, s_cast, s_voidp, ptr, NULL);
+        Py_XDECREF(ffi);
+    } else {
+        Py_INCREF(ptr);
+    }
+    if (ptr != NULL) ctx = PyObject_GetAttr((PyObject *)s, s_ctx);
+    int rc = -1;
+    if (ctx != NULL && PyDict_DelItem(s->values, key) == 0) {
+        PyObject *r = PyObject_CallFunctionObjArgs(free_obj, ctx, ptr, NULL);
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(free_obj);
+    Py_XDECREF(ptr);
+    Py_XDECREF(ctx);
+    return rc;
+}
+
 /* A handle owning a result (ArrayHandle/OpaqueHandle.__init__ as attribute stores, registered
- * last); NULL with the value freed if it cannot be made. Lock held. */
+ * last, after freeing an orphan registered under its id); NULL with the value freed if it cannot
+ * be made. Lock held. */
 static PyObject *take_result(PlanObject *p, OutSpec *o, void *raw) {
     PyTypeObject *ht = (PyTypeObject *)o->htype;
     allocfunc alloc = (allocfunc)PyType_GetSlot(ht, Py_tp_alloc);
@@ -1007,7 +1041,9 @@ static PyObject *take_result(PlanObject *p, OutSpec *o, void *raw) {
     addr = PyLong_FromVoidPtr(raw);
     if (key == NULL || addr == NULL) goto fail;
     entry = PyTuple_Pack(2, o->free_fn, addr);
-    if (entry == NULL || PyDict_SetItem(p->state->values, key, entry) < 0) goto fail;
+    if (entry == NULL) goto fail;
+    if (p->state->open && free_orphan(p->state, key) < 0) goto fail;
+    if (PyDict_SetItem(p->state->values, key, entry) < 0) goto fail;
     Py_DECREF(key);
     Py_DECREF(addr);
     Py_DECREF(entry);
@@ -1567,7 +1603,7 @@ PyMODINIT_FUNC PyInit__callpath(void) {
                  {&s_state, "_state"}, {&s_ctx, "ctx"}, {&s_closed, "closed"}, {&s_live_ptr, "_live_ptr"},
                  {&s_pointer, "_pointer"}, {&s_ffi, "ffi"}, {&s_cast, "cast"}, {&s_uintptr, "uintptr_t"},
                  {&s_closed_msg, "the Futhark context is closed"}, {&s_general, "_call_general"}, {&s_bind, "_bind"},
-                 {&s_convert_scalars, "_convert_scalars"}, {&s_explained, "_explained"}};
+                 {&s_convert_scalars, "_convert_scalars"}, {&s_explained, "_explained"}, {&s_voidp, "void *"}};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (intern(names[i].slot, names[i].s) < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);

@@ -89,9 +89,11 @@ class _State(compiled.State if compiled is not None else _PythonState):  # type:
         As in Value._release: unregistered, then freed, no call in between."""
         values = self.values
         if self.open and key in values:
-            entry = values[key]
+            free, ptr = values[key]
+            if type(ptr) is int:  # registered by the compiled path: an address (cast while still registered)
+                ptr = self.ffi.cast("void *", ptr)
             del values[key]
-            entry[0](self.ctx, entry[1])
+            free(self.ctx, ptr)
 
     def close(self, timeout: float = -1) -> bool:
         """Free values, sync, free the context and its configuration, once, after the calls in
@@ -123,8 +125,10 @@ class _State(compiled.State if compiled is not None else _PythonState):  # type:
         values = self.values
         for key, (free, ptr) in list(values.items()):
             if key in values:
+                if type(ptr) is int:  # the compiled path's address; cast before the entry goes
+                    ptr = self.ffi.cast("void *", ptr)
                 del values[key]
-                free(self.ctx, self.ffi.cast("void *", ptr) if type(ptr) is int else ptr)
+                free(self.ctx, ptr)
         if not self.ctx_freed:
             self.lib.futhark_context_sync(self.ctx)
             self.ctx_freed = True
