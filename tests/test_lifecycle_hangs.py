@@ -121,3 +121,51 @@ def test_the_runner_reports_a_hung_batch_with_its_stacks_and_seed(tmp_path: Path
     (crash,) = summary["crashes"]
     assert crash["status"] == 1 and crash["seed"] == 40, crash
     assert crash["output"].startswith("Timeout (0:00:01)!") and "hung_here" in crash["output"], crash
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pybridge.testing.alarm needs Linux's POSIX timers")
+def test_an_alarm_handled_in_a_tracer_lands_in_the_code_under_test() -> None:
+    """Hypothesis traces a test that failed (sys.settrace before Python 3.12), and a signal handled
+    in its trace function at a ``try:`` line raised KeyboardInterrupt past every handler of the
+    traced frame: a lifecycle child died of SIGINT there, hiding the failure being explained. The
+    alarm's handler now sends the interrupt again a few µs later, so it lands in the traced code
+    and the rule's own ``except KeyboardInterrupt`` catches it; without a tracer it raises at once."""
+    status, out, _ = _child("""
+        import signal, sys
+        from pybridge.testing.alarm import Alarm
+
+        alarm = Alarm()
+        signal.signal(signal.SIGALRM, alarm.handler)
+
+        def region():
+            try:
+                alarm.arm(10**6)  # far away: the tracer sends the signal itself
+                try:
+                    sum([i for i in range(10000)])
+                finally:
+                    alarm.disarm()
+            except KeyboardInterrupt:
+                return "caught"
+            return "ran through"
+
+        INNER_TRY = region.__code__.co_firstlineno + 3
+
+        def tracer(frame, event, arg):
+            if frame.f_code is region.__code__:
+                if event == "line" and frame.f_lineno == INNER_TRY:
+                    signal.raise_signal(signal.SIGALRM)  # handled at the end of this call: in the tracer
+                return tracer
+            return None
+
+        for traced in (True, False):
+            sys.settrace(tracer if traced else None)
+            try:
+                got = region() if traced else (signal.raise_signal(signal.SIGALRM), "no raise")[1]
+            except KeyboardInterrupt:
+                got = "escaped" if traced else "raised"
+            finally:
+                sys.settrace(None)
+            print(traced, got)
+    """)
+    assert status == 0, out[-3000:]
+    assert "True caught" in out and "False raised" in out, out[-3000:]
