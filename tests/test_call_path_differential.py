@@ -33,6 +33,7 @@ from hypothesis.stateful import run_state_machine_as_test
 import pybridge.futhark as pf
 from pybridge.futhark import callpath
 from pybridge.futhark.build import futhark_compiler
+from pybridge.futhark.context import error_for_message
 from pybridge.futhark.handles import Value
 from pybridge.futhark.types import PRIMITIVES
 from pybridge.paths import find_build_file
@@ -219,6 +220,69 @@ def test_lifecycle_machine_both_paths(backend: str) -> None:
         assert len(a) > 8, f"{prog}: the machine ran {len(a)} steps"
         assert a == b, next(f"{prog}: step {k}: compiled {x} != Python {y}" for k, (x, y) in enumerate(zip(a, b)) if x != y) \
             if any(x != y for x, y in zip(a, b)) else f"{prog}: {len(a)} steps compiled, {len(b)} Python"
+
+
+# ---------------------------------------------------------------- the comparison sees a difference
+
+
+def _aliasing_steps(lib: pf.Library) -> list[tuple[Any, ...]]:
+    """A consume of a handle that shares memory with a live one (``set0(ident(x))``), then x read."""
+    x = lib.types["[]i32"].new(np.array([1, 2, 3], np.int32))
+    steps = [outcome(lambda: lib.set0(lib.ident(x), 7)), outcome(lambda: x.numpy())]
+    gen._free(steps[0][2] if steps[0][0] == "ok" else None)
+    x.free()
+    return [*steps, ("live", lib.live_values())]
+
+
+def _failing_steps(lib: pf.Library) -> list[tuple[Any, ...]]:
+    """A failed call (an index out of bounds): Futhark's message, made into the exception."""
+    xs = lib.types["[]f32"].new(np.ones(3, np.float32))
+    steps = [outcome(lambda: lib.index_at(xs, 5)), ("live", lib.live_values())]
+    xs.free()
+    return steps
+
+
+def _same_steps(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> None:
+    """What check_both requires of two runs (results, exceptions, live counts alike)."""
+    assert len(a) == len(b)
+    for k, (x, y) in enumerate(zip(a, b)):
+        if x[0] == "live":
+            assert x == y, f"step {k}: live values compiled {x[1]}, Python {y[1]}"
+        else:
+            same_outcome(x, y, f"step {k}")
+
+
+@pytest.mark.parametrize("mutation", ["message", "aliasing"])
+def test_the_comparison_fails_when_the_compiled_path_differs(mutation: str) -> None:
+    """A mutation check of this file: the compiled path given a different part (Futhark's message
+    with a word added; an alias rule that never copies) must make the comparison above fail, and
+    the same runs without it pass. The parts are swapped through callplan.configure_compiled, the
+    way the extension is given them at import."""
+    from pybridge.futhark import callplan
+
+    if mutation == "message":
+        prog = find_build_file(Path("reference") / "c" / "libprobe.so")
+        if prog is None:
+            pytest.skip("reference/c/libprobe.so not built: run `make`")
+        steps, swap = _failing_steps, {"error_for_message": lambda code, text, fn: error_for_message(code, text + " (mutated)", fn)}
+    else:
+        if futhark_compiler() is None:
+            pytest.skip("the Futhark compiler is not installed")
+        prog, steps, swap = ROOT / "tests" / "programs" / "aliasing.fut", _aliasing_steps, {"shared": lambda h: False}
+    fast, slow = load_both(Path(prog), "c")
+    try:
+        _same_steps(steps(fast), steps(slow))  # unchanged: alike
+        callplan.configure_compiled(**swap)
+        try:
+            mutated = steps(fast)
+        finally:
+            callplan.configure_compiled()
+        with pytest.raises(AssertionError):
+            _same_steps(mutated, steps(slow))
+        _same_steps(steps(fast), steps(slow))  # restored: alike again
+    finally:
+        fast.close()
+        slow.close()
 
 
 def test_handles_are_of_one_kind_and_report_the_path() -> None:

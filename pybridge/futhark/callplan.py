@@ -63,11 +63,26 @@ _F32_MAX = float(np.finfo(np.float32).max)
 CODES = {name: i for i, name in enumerate(("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "f32", "f64",
                                            "bool", "array", "opaque"))}
 
+
+
+def configure_compiled(**replace: Any) -> None:
+    """Give the compiled path the Python objects it uses (once, at import). ``replace`` swaps some
+    of them (by ``_callpath.configure``'s parameter names): tests inject a difference with it to
+    show that the differential test sees one (tests/test_call_path_differential.py)."""
+    parts = {"invalid_handle": InvalidHandleError, "join": join, "shared": shared_with_live,
+             "error_for_message": error_for_message, "release": _PythonValue._release,
+             "numpy_ints": tuple(_INTS - {int}), "f64": np.float64, "f32": np.float32, "f16": np.float16,
+             "bool": np.bool_, "f32_max": _F32_MAX}
+    unknown = set(replace) - set(parts)
+    if unknown:
+        raise TypeError(f"configure_compiled: unknown parts {sorted(unknown)}")
+    compiled.configure(*{**parts, **replace}.values())
+
+
 if compiled is not None:
     # _callpath.c's pass sets are _PASS's (its f32 rule is the plan's, spelled out there).
     assert _PASS["f64"] == {float, np.float64, np.float32, np.float16} and _PASS["bool"] == {bool, np.bool_}
-    compiled.configure(InvalidHandleError, join, shared_with_live, error_for_message, _PythonValue._release,
-                       tuple(_INTS - {int}), np.float64, np.float32, np.float16, np.bool_, _F32_MAX)
+    configure_compiled()
 
 
 def compiled_plan(ep: Any) -> Any:
