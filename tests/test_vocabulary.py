@@ -68,7 +68,10 @@ def test_the_three_users_evaluate_alike(text: str, n: int, m: int) -> None:
     # `//` rounds towards zero, where a kernel's `/` and `//` round down (they differ only on a
     # negative intermediate, e.g. ((n - (n + n)) // 2) + n with n = 1).
     futhark_text = parse_size(text).text
-    want = parse_size(futhark_text, futhark=True).evaluate(env)
+    try:
+        want = parse_size(futhark_text, futhark=True).evaluate(env)
+    except ZeroDivisionError:  # rounding towards zero can make a divisor 0 (m // (m - n): 1 // -2 is 0)
+        return  # Futhark's own evaluation fails the same way; there is no value to compare
     if "min" not in futhark_text and "max" not in futhark_text and "%" not in futhark_text:
         decl = parse_entry_header(f"entry f [n] [m] (xs: [{futhark_text}]f32) : f32")
         dim = decl.params[0].type.dims[0]
