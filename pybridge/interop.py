@@ -60,6 +60,7 @@ __all__ = [
     "current_context",
     "restore_current_context",
     "stream_synchronize",
+    "torch_plain",
     "wait_for_producer",
 ]
 
@@ -734,11 +735,10 @@ def futhark_view_of(obj: Any, dtype: np.dtype, rank: int,
     ordered after its producer: Futhark's stream (``into``) waits on the device for the producer's
     stream, or without ``into`` the host waits for it. ``plain``: the shape has ``rank``
     non-negative exact ints (the :func:`plain_cai` form)."""
-    if type(obj).__module__ == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
-        view = _torch_view(obj, dtype, rank)
-        if view is not None:
-            _order_after_producer(obj, {"version": 2}, None, into)
-            return view[0], view[1], True
+    view = _torch_view(obj, dtype, rank)
+    if view is not None:
+        _order_after_producer(obj, {"version": 2}, None, into)
+        return view[0], view[1], True
     try:
         cai = obj.__cuda_array_interface__  # read once: some producers (PyTorch) build it in Python
     except AttributeError:
@@ -770,20 +770,34 @@ def _order_after_producer(obj: Any, cai: Any, stream: int | None, into: FutharkS
 _torch_dtypes: dict[Any, np.dtype] = {}
 
 
-def _torch_view(t: Any, dtype: np.dtype, rank: int) -> tuple[int, tuple[int, ...]] | None:
-    """(pointer, shape) of a plain PyTorch CUDA tensor of ``dtype`` and ``rank`` (contiguous, no
-    grad, no lazy conjugate or negation), read directly: what its CAI says, without the dictionary
-    PyTorch builds in Python for it. None for anything else (the CAI path decides and explains)."""
+def torch_plain(t: Any) -> tuple[int, tuple[int, ...], np.dtype] | None:
+    """(pointer, shape, dtype) of a plain PyTorch CUDA tensor (an exact ``torch.Tensor`` or
+    ``Parameter``: contiguous, no grad, not sparse, no lazy conjugate or negation, a NumPy dtype),
+    read directly: what its CAI says (pointer 0 when empty), without the dictionary PyTorch builds
+    in Python for it, twice as dear as the rest of an exchange. None for anything else (the CAI
+    path decides and explains)."""
+    if type(t).__module__ != "torch" or type(t).__name__ not in ("Tensor", "Parameter"):
+        return None
     if not _torch_dtypes:
         import torch
 
         for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"):
             _torch_dtypes[getattr(torch, name)] = np.dtype(name)
-    if _torch_dtypes.get(t.dtype) != dtype or t.dim() != rank or not t.is_cuda or t.requires_grad:
+    dtype = _torch_dtypes.get(t.dtype)
+    if dtype is None or not t.is_cuda or t.requires_grad or t.is_sparse:
         return None
     if not t.is_contiguous() or t.is_conj() or t.is_neg():
         return None
-    return t.data_ptr(), tuple(t.shape)
+    shape = tuple(t.shape)
+    return (t.data_ptr() if t.numel() else 0), shape, dtype
+
+
+def _torch_view(t: Any, dtype: np.dtype, rank: int) -> tuple[int, tuple[int, ...]] | None:
+    """(pointer, shape) of a :func:`torch_plain` tensor of ``dtype`` and ``rank``, else None."""
+    plain = torch_plain(t)
+    if plain is None or plain[2] != dtype or len(plain[1]) != rank:
+        return None
+    return plain[0], plain[1]
 
 
 def _torch_stream(obj: Any) -> int | None:

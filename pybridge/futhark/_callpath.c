@@ -10,6 +10,8 @@
  *                 _mark_consumed, __del__), _PythonArray (atype, _shape), _PythonOpaque (otype)
  *   Plan        - one entry point's call plan: callplan.compile_plan's function
  *   Sync        - Context.sync
+ *   RawNew      - ArrayKind.new_raw / from_cuda's wrap of a device pointer (kinds.py)
+ *   order_streams - ordering.EventSlot.try_order's two driver calls
  *   dlpack_capsule - interop._export_keyed's capsule (a DLManagedTensor owning a reference to its owner)
  *
  * Built against the stable ABI (Py_LIMITED_API 3.10): one binary serves CPython 3.10 and later.
@@ -1008,7 +1010,7 @@ static int free_orphan(StateObject *s, PyObject *key) {
 /* A handle owning a result (ArrayHandle/OpaqueHandle.__init__ as attribute stores, registered
  * last, after freeing an orphan registered under its id); NULL with the value freed if it cannot
  * be made. Lock held. */
-static PyObject *take_result(PlanObject *p, OutSpec *o, void *raw) {
+static PyObject *make_handle(StateObject *state, PyObject *library, PyObject *ctx, OutSpec *o, void *raw) {
     PyTypeObject *ht = (PyTypeObject *)o->htype;
     allocfunc alloc = (allocfunc)PyType_GetSlot(ht, Py_tp_alloc);
     ValueObject *h = (ValueObject *)alloc(ht, 0);
@@ -1020,12 +1022,12 @@ static PyObject *take_result(PlanObject *p, OutSpec *o, void *raw) {
         Py_INCREF(Py_None);
         h->shape = Py_None;
     }
-    Py_INCREF(p->library);
-    h->library = p->library;
-    Py_INCREF(p->ctx);
-    h->ctx = p->ctx;
-    Py_INCREF(p->state);
-    h->state = p->state;
+    Py_INCREF(library);
+    h->library = library;
+    Py_INCREF(ctx);
+    h->ctx = ctx;
+    Py_INCREF(state);
+    h->state = state;
     h->raw = raw;
     h->has_raw = 1;
     Py_INCREF(o->free_fn);
@@ -1042,8 +1044,8 @@ static PyObject *take_result(PlanObject *p, OutSpec *o, void *raw) {
     if (key == NULL || addr == NULL) goto fail;
     entry = PyTuple_Pack(2, o->free_fn, addr);
     if (entry == NULL) goto fail;
-    if (p->state->open && free_orphan(p->state, key) < 0) goto fail;
-    if (PyDict_SetItem(p->state->values, key, entry) < 0) goto fail;
+    if (state->open && free_orphan(state, key) < 0) goto fail;
+    if (PyDict_SetItem(state->values, key, entry) < 0) goto fail;
     Py_DECREF(key);
     Py_DECREF(addr);
     Py_DECREF(entry);
@@ -1051,7 +1053,7 @@ static PyObject *take_result(PlanObject *p, OutSpec *o, void *raw) {
 fail: { /* nobody will see this value: free it, and leave the handle nothing to free */
         PyObject *t, *v, *tb;
         PyErr_Fetch(&t, &v, &tb);
-        o->free_c((void *)(uintptr_t)p->state->raw_ctx, raw);
+        o->free_c((void *)(uintptr_t)state->raw_ctx, raw);
         if (h != NULL) {
             Py_INCREF(s_freed);
             Py_XSETREF(h->status, s_freed);
@@ -1063,6 +1065,10 @@ fail: { /* nobody will see this value: free it, and leave the handle nothing to 
     Py_XDECREF(addr);
     Py_XDECREF(entry);
     return NULL;
+}
+
+static PyObject *take_result(PlanObject *p, OutSpec *o, void *raw) {
+    return make_handle(p->state, p->library, p->ctx, o, raw);
 }
 
 static PyObject *call_general(PlanObject *p, PyObject *values) {
@@ -1340,6 +1346,216 @@ static PyType_Slot plan_slots[] = {
 static PyType_Spec plan_spec = {"pybridge.futhark._callpath.Plan", sizeof(PlanObject), 0,
                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, plan_slots};
 
+/* ------------------------------------------------------------------ RawNew */
+
+/* ArrayKind's new_raw for a plain request (an int address, a shape of `rank` non-negative ints):
+ * the lock, the open check, Futhark's new_raw with the GIL released, the handle made and
+ * registered as a plan's result is (make_handle), the owner kept (kinds.py mirrors it in Python). */
+#define RAW_MAX_RANK 8
+
+typedef struct {
+    PyObject_HEAD
+    StateObject *state;
+    PyObject *library, *ctx, *what;
+    OutSpec out;
+    void *fn;
+    int rank;
+} RawNewObject;
+
+static int rawnew_traverse(RawNewObject *r, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(r));
+    Py_VISIT((PyObject *)r->state);
+    Py_VISIT(r->library);
+    Py_VISIT(r->ctx);
+    Py_VISIT(r->what);
+    Py_VISIT(r->out.kind);
+    Py_VISIT(r->out.htype);
+    Py_VISIT(r->out.free_fn);
+    return 0;
+}
+
+static int rawnew_clear(RawNewObject *r) {
+    Py_CLEAR(r->state);
+    Py_CLEAR(r->library);
+    Py_CLEAR(r->ctx);
+    Py_CLEAR(r->what);
+    Py_CLEAR(r->out.kind);
+    Py_CLEAR(r->out.htype);
+    Py_CLEAR(r->out.free_fn);
+    return 0;
+}
+
+static void rawnew_dealloc(RawNewObject *r) {
+    PyTypeObject *tp = Py_TYPE(r);
+    PyObject_GC_UnTrack(r);
+    rawnew_clear(r);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(r);
+    Py_DECREF(tp);
+}
+
+/* RawNew(state, library, kind, handle_type, new_raw_address, free_function, free_address, rank, what) */
+static PyObject *rawnew_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *state, *library, *kind, *htype, *fn_addr, *free_fn, *free_addr, *what;
+    int rank;
+    if (!PyArg_ParseTuple(args, "OOOO!OOOiU:RawNew", &state, &library, &kind, &PyType_Type, &htype, &fn_addr, &free_fn,
+                          &free_addr, &rank, &what))
+        return NULL;
+    if (!IS_STATE(state)) {
+        PyErr_SetString(PyExc_TypeError, "RawNew: state must be a _callpath.State");
+        return NULL;
+    }
+    if (rank < 1 || rank > RAW_MAX_RANK) {
+        PyErr_Format(PyExc_ValueError, "RawNew: rank %d is not in 1..%d", rank, RAW_MAX_RANK);
+        return NULL;
+    }
+    void *fn = PyLong_AsVoidPtr(fn_addr), *free_c = fn ? PyLong_AsVoidPtr(free_addr) : NULL;
+    if (fn == NULL || free_c == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "RawNew: null function");
+        return NULL;
+    }
+    PyObject *ctx = PyObject_GetAttrString(library, "context");
+    if (ctx == NULL) return NULL;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    RawNewObject *r = (RawNewObject *)alloc(type, 0);
+    if (r == NULL) {
+        Py_DECREF(ctx);
+        return NULL;
+    }
+    r->ctx = ctx;
+    Py_INCREF(state);
+    r->state = (StateObject *)state;
+    Py_INCREF(library);
+    r->library = library;
+    Py_INCREF(what);
+    r->what = what;
+    r->out.code = C_ARRAY;
+    Py_INCREF(kind);
+    r->out.kind = kind;
+    Py_INCREF(htype);
+    r->out.htype = htype;
+    Py_INCREF(free_fn);
+    r->out.free_fn = free_fn;
+    r->out.free_c = (free_fn_c)free_c;
+    r->fn = fn;
+    r->rank = rank;
+    return (PyObject *)r;
+}
+
+typedef void *(*raw_fn1)(void *, uint64_t, int64_t);
+typedef void *(*raw_fn2)(void *, uint64_t, int64_t, int64_t);
+typedef void *(*raw_fn3)(void *, uint64_t, int64_t, int64_t, int64_t);
+typedef void *(*raw_fn4)(void *, uint64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void *(*raw_fn5)(void *, uint64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void *(*raw_fn6)(void *, uint64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void *(*raw_fn7)(void *, uint64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void *(*raw_fn8)(void *, uint64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+
+static void *raw_call(void *fn, int rank, void *ctx, uint64_t data, const int64_t *d) {
+    switch (rank) {
+    case 1: return ((raw_fn1)fn)(ctx, data, d[0]);
+    case 2: return ((raw_fn2)fn)(ctx, data, d[0], d[1]);
+    case 3: return ((raw_fn3)fn)(ctx, data, d[0], d[1], d[2]);
+    case 4: return ((raw_fn4)fn)(ctx, data, d[0], d[1], d[2], d[3]);
+    case 5: return ((raw_fn5)fn)(ctx, data, d[0], d[1], d[2], d[3], d[4]);
+    case 6: return ((raw_fn6)fn)(ctx, data, d[0], d[1], d[2], d[3], d[4], d[5]);
+    case 7: return ((raw_fn7)fn)(ctx, data, d[0], d[1], d[2], d[3], d[4], d[5], d[6]);
+    default: return ((raw_fn8)fn)(ctx, data, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+    }
+}
+
+/* (address, shape, owner) -> the handle. The caller (kinds.py) passes what it checked: an int
+ * address and a tuple of `rank` non-negative ints; anything else is a TypeError here. */
+static PyObject *rawnew_call(RawNewObject *r, PyObject *args, PyObject *kw) {
+    PyObject *addr, *shape, *owner;
+    if (kw != NULL && PyDict_Size(kw) != 0) {
+        PyErr_SetString(PyExc_TypeError, "RawNew takes no keywords");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!O!O:RawNew", &PyLong_Type, &addr, &PyTuple_Type, &shape, &owner)) return NULL;
+    uint64_t data = PyLong_AsUnsignedLongLong(addr);
+    if (data == (uint64_t)-1 && PyErr_Occurred()) return NULL;
+    int64_t dims[RAW_MAX_RANK];
+    if (PyTuple_Size(shape) != r->rank) {
+        PyErr_Format(PyExc_TypeError, "RawNew: a shape of %d dimensions was expected", r->rank);
+        return NULL;
+    }
+    for (int i = 0; i < r->rank; i++) {
+        PyObject *d = PyTuple_GetItem(shape, i);
+        dims[i] = PyLong_Check(d) ? PyLong_AsLongLong(d) : -1;
+        if (dims[i] < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "RawNew: a shape of non-negative ints was expected");
+            return NULL;
+        }
+    }
+    StateObject *s = r->state;
+    if (state_lock(s) < 0) return NULL;
+    PyObject *h = NULL;
+    if (!s->open) {
+        PyErr_SetObject(InvalidHandleError, s_closed_msg);
+        goto out;
+    }
+    void *raw;
+    {
+        void *ctx = (void *)(uintptr_t)s->raw_ctx, *fn = r->fn;
+        int rank = r->rank;
+        Py_BEGIN_ALLOW_THREADS
+        raw = raw_call(fn, rank, ctx, data, dims);
+        Py_END_ALLOW_THREADS
+    }
+    if (raw == NULL) { /* Futhark's error, read under the lock: ctx.error(None, what) as new_value */
+        PyObject *e = PyObject_CallMethod(r->ctx, "error", "OO", Py_None, r->what);
+        if (e != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+            Py_DECREF(e);
+        }
+        goto out;
+    }
+    h = make_handle(s, r->library, r->ctx, &r->out, raw);
+    if (h != NULL) {
+        Py_INCREF(owner);
+        Py_XSETREF(((ValueObject *)h)->keep, owner);
+    }
+out:
+    state_unlock(s);
+    return h;
+}
+
+static PyType_Slot rawnew_slots[] = {
+    {Py_tp_dealloc, rawnew_dealloc},
+    {Py_tp_traverse, rawnew_traverse},
+    {Py_tp_clear, rawnew_clear},
+    {Py_tp_call, rawnew_call},
+    {Py_tp_new, rawnew_new},
+    {Py_tp_doc, "ArrayKind.new_raw in C for an int address and a checked shape (kinds.py)."},
+    {0, NULL},
+};
+
+static PyType_Spec rawnew_spec = {"pybridge.futhark._callpath.RawNew", sizeof(RawNewObject), 0,
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, rawnew_slots};
+
+/* ------------------------------------------------------------------ stream order */
+
+/* ordering.EventSlot.try_order's two driver calls: cuEventRecord(event, producer), then, if that
+ * worked, cuStreamWaitEvent(waiter, event, 0). The GIL stays held across both, so no other thread
+ * records the event in between (the Python path holds the slot's lock for that). 0 when both
+ * worked, else (record's code, wait's code). */
+typedef int (*record_fn)(uintptr_t, uintptr_t);
+typedef int (*wait_fn)(uintptr_t, uintptr_t, unsigned int);
+
+static PyObject *order_streams(PyObject *m, PyObject *args) {
+    unsigned long long record, wait, event, waiter, producer;
+    if (!PyArg_ParseTuple(args, "KKKKK:order_streams", &record, &wait, &event, &waiter, &producer)) return NULL;
+    if (!record || !wait) {
+        PyErr_SetString(PyExc_ValueError, "order_streams: null driver function");
+        return NULL;
+    }
+    int rc = ((record_fn)(uintptr_t)record)((uintptr_t)event, (uintptr_t)producer), wrc = 0;
+    if (rc == 0) wrc = ((wait_fn)(uintptr_t)wait)((uintptr_t)waiter, (uintptr_t)event, 0);
+    if (rc == 0 && wrc == 0) return PyLong_FromLong(0);
+    return Py_BuildValue("(ii)", rc, wrc);
+}
+
 /* ------------------------------------------------------------------ Sync */
 
 /* Context.sync in C (context.py's method, mirrored): the lock, the open check, the sync with the
@@ -1582,6 +1798,7 @@ static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS, "Set the Python objects the compiled path uses (callpath.py, once)."},
     {"dlpack_capsule", dlpack_capsule, METH_VARARGS, "A DLPack capsule over a C-ordered array, owning a reference to owner."},
     {"dlpack_exports_alive", dlpack_exports_alive, METH_NOARGS, "Capsules made here not yet released by their consumer."},
+    {"order_streams", order_streams, METH_VARARGS, "cuEventRecord then cuStreamWaitEvent through their addresses (ordering.py)."},
     {NULL},
 };
 
@@ -1618,10 +1835,11 @@ PyMODINIT_FUNC PyInit__callpath(void) {
     PlanType = (PyTypeObject *)PyType_FromSpec(&plan_spec);
     if (ArrayBaseType == NULL || OpaqueBaseType == NULL || PlanType == NULL) goto fail;
     PyTypeObject *SyncType = (PyTypeObject *)PyType_FromSpec(&sync_spec);
-    if (SyncType == NULL) goto fail;
-    PyTypeObject *types[] = {StateType, ValueType, ArrayBaseType, OpaqueBaseType, PlanType, LockType, SyncType};
-    const char *tnames[] = {"State", "Value", "ArrayBase", "OpaqueBase", "Plan", "Lock", "Sync"};
-    for (size_t i = 0; i < 7; i++) {
+    PyTypeObject *RawNewType = (PyTypeObject *)PyType_FromSpec(&rawnew_spec);
+    if (SyncType == NULL || RawNewType == NULL) goto fail;
+    PyTypeObject *types[] = {StateType, ValueType, ArrayBaseType, OpaqueBaseType, PlanType, LockType, SyncType, RawNewType};
+    const char *tnames[] = {"State", "Value", "ArrayBase", "OpaqueBase", "Plan", "Lock", "Sync", "RawNew"};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         Py_INCREF(types[i]);
         if (PyModule_AddObject(m, tnames[i], (PyObject *)types[i]) < 0) {
             Py_DECREF(types[i]);
@@ -1629,6 +1847,7 @@ PyMODINIT_FUNC PyInit__callpath(void) {
         }
     }
     if (PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "RAW_MAX_RANK", RAW_MAX_RANK) < 0) goto fail;
     return m;
 fail:
     Py_DECREF(m);

@@ -286,10 +286,8 @@ class ArrayHandle(Value, _ArrayBase):  # type: ignore[misc,valid-type]
         the first export of a value (later exports reuse what cannot change: see interop)."""
         return futhark_cai(self)
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
-                   copy: Any = None) -> Any:
-        """DLPack export (cuda backend), no copy, data ready (synced as for the CAI)."""
-        return futhark_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+    # DLPack export (interop.futhark_dlpack, bound as the method itself: no frame in between).
+    __dlpack__ = futhark_dlpack
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return futhark_dlpack_device(self)

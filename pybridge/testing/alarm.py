@@ -76,8 +76,11 @@ class Alarm:
 
     def handler(self, signum: int, frame: Any) -> None:
         """SIGALRM's handler: KeyboardInterrupt, or (while armed, in a tracer) the timer set again."""
-        if self._armed and _in_tracer(frame):
-            self._set(round(DEFER_US * 1000))
+        if _in_tracer(frame):
+            if self._armed:
+                self._set(round(DEFER_US * 1000))
+            # else disarm() has begun: the call is over, and the interrupt is dropped, as Python
+            # drops one that comes in a finaliser (raised here it would escape the guarded region)
             return
         raise KeyboardInterrupt
 
