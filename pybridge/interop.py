@@ -476,16 +476,25 @@ _compiled: Any = None  # pybridge.futhark._callpath (False without it), looked u
 _dl_codes: dict[Any, tuple[int, int]] = {}  # dtype (or its typestr) -> (DLPack type code, bits)
 
 
+def _compiled_path() -> Any:
+    """pybridge.futhark._callpath where the compiled call path is in use, else False; looked up
+    at the first export (pybridge.futhark imports this module), when it is also given what its
+    ``ArrayBase.__dlpack__`` reads."""
+    global _compiled
+    if _compiled is None:
+        from .futhark.callpath import compiled
+
+        if compiled is not None:
+            compiled.configure_dlpack(_futhark_exports, futhark_dlpack)
+        _compiled = compiled or False
+    return _compiled
+
+
 def _export_keyed(key: tuple[Any, ...], owner: Any) -> Any:
     """:func:`export_dlpack` for a key of exact types (int pointer, tuples, ...): callers that have
     them already (Futhark handles) skip the normalisation. C-ordered exports are made by the
     compiled call path where it is in use (the same capsule, built in C)."""
-    global _compiled
-    if _compiled is None:
-        from .futhark.callpath import compiled  # here: pybridge.futhark imports this module
-
-        _compiled = compiled or False
-    if _compiled and key[3] is None:
+    if _compiled_path() and key[3] is None:
         code = _dl_codes.get(key[2])
         if code is None:
             dt = _dl_dtype(np.dtype(key[2]))  # BufferError for a dtype DLPack lacks
@@ -632,7 +641,9 @@ def restore_current_context(previous: int) -> None:
 
 # Per exported handle, what cannot change while it lives: (pointer, shape, typestr, device, stream).
 # Keyed by id() with a weak reference that drops the entry when the handle dies (no id reuse).
-_futhark_exports: dict[int, tuple[Any, tuple[int, tuple[int, ...], str, int, int | None]]] = {}
+# The third item: the export in the form _callpath.ArrayBase.__dlpack__ reads (None without the
+# compiled path, or for a dtype DLPack lacks): see _c_export.
+_futhark_exports: dict[int, tuple[Any, tuple[int, tuple[int, ...], str, int, int | None], Any]] = {}
 
 
 def _pointer_device(ptr: int) -> int:
@@ -681,8 +692,32 @@ def _futhark_export(handle: Any, dlpack: bool = False) -> tuple[int, tuple[int, 
             handle._ctx.sync()
     device = (_pointer_device(ptr) if ptr else 0) if backend == "cuda" else -1  # -1: host memory
     state = (ptr, handle.shape, handle.dtype.str, device, stream)
-    _futhark_exports[key] = (weakref.ref(handle, lambda _r, k=key: _futhark_exports.pop(k, None)), state)
+    _futhark_exports[key] = (weakref.ref(handle, lambda _r, k=key: _futhark_exports.pop(k, None)), state,
+                             _c_export(handle, state))
     return state
+
+
+def _c_export(handle: Any, state: tuple[int, tuple[int, ...], str, int, int | None]) -> Any:
+    """What ``_callpath.ArrayBase.__dlpack__`` needs to export ``handle`` again without this
+    module: (pointer, shape, DLPack type code, bits, device type, device id, Futhark's stream or
+    None, (cuEventRecord, cuStreamWaitEvent, event, Futhark's stream) addresses for the ordering
+    or None). None where the compiled path is not in use or cannot order as futhark_dlpack does."""
+    if not _compiled_path():
+        return None
+    ptr, shape, typestr, device, stream = state
+    try:
+        dt = _dl_dtype(np.dtype(typestr))
+    except BufferError:  # futhark_dlpack raises it, every time
+        return None
+    order = None
+    if stream is not None:
+        fs = handle._ctx._gpu_stream
+        in_c = getattr(fs.slot, "_in_c", None) if fs is not None else None
+        if in_c is None:
+            return None
+        order = (in_c[1], in_c[2], fs.slot.ev, fs.stream)
+    where = (KDLCPU, 0) if device < 0 else (KDLCUDA, device)
+    return (ptr, shape, int(dt.code), int(dt.bits), where[0], where[1], stream, order)
 
 
 def futhark_cai(handle: Any) -> dict[str, Any]:

@@ -135,3 +135,91 @@ def test_order_streams_records_then_waits(record_rc: int, wait_rc: int) -> None:
 def test_order_streams_refuses_a_null_function() -> None:
     with pytest.raises(ValueError, match="null driver function"):
         callpath.compiled.order_streams(0, 0, 1, 2, 3)
+
+
+# ---------------------------------------------------------------- __dlpack__ in C
+
+_DLPACK_CALLS = [
+    {}, {"stream": None}, {"stream": 1}, {"stream": -1}, {"stream": 0}, {"stream": 2**70}, {"stream": np.int64(5)},
+    {"stream": "1"}, {"max_version": (1, 0)}, {"max_version": (0, 8)}, {"max_version": (2, 0)}, {"max_version": (1,)},
+    {"max_version": [1, 0]}, {"max_version": (1, "0")}, {"dl_device": (1, 0)}, {"dl_device": (2, 0)},
+    {"dl_device": None}, {"copy": False}, {"copy": None}, {"copy": True}, {"bogus": 1},
+]
+
+
+def _export(h, kwargs, positional=()):
+    """The outcome of one export as data: the array a consumer sees (and its versioned flag), or
+    the error's type and message."""
+    try:
+        cap = h.__dlpack__(*positional, **kwargs)
+    except Exception as e:  # noqa: BLE001 - compared: type and message
+        return type(e).__name__, str(e)
+    from pybridge.interop import import_dlpack
+
+    is_valid = ctypes.pythonapi.PyCapsule_IsValid
+    is_valid.argtypes, is_valid.restype = [ctypes.py_object, ctypes.c_char_p], ctypes.c_int
+    versioned = bool(is_valid(cap, b"dltensor_versioned"))
+    info, owner = import_dlpack(cap)
+    got = np.ctypeslib.as_array(ctypes.cast(info.ptr, ctypes.POINTER(ctypes.c_float)), info.shape).copy() \
+        if info.size else np.zeros(0, np.float32)
+    owner.release()
+    return "ok", versioned, info.shape, info.dtype.str, info.device_type, info.readonly, got.tolist()
+
+
+def test_dlpack_in_c_and_in_python_agree(both) -> None:
+    """ArrayBase.__dlpack__ (C) against interop.futhark_dlpack (the Python export) on the same
+    handle: every keyword form, first and later exports, then freed and on a closed context."""
+    from pybridge import interop
+
+    fast, _ = both
+    h = fast.types["[]f32"].new(np.arange(5, dtype=np.float32))
+    assert type(h).__dlpack__ is callpath.compiled.ArrayBase.__dlpack__
+    alive = interop.exports_alive()
+    for kwargs in _DLPACK_CALLS:
+        assert _export(h, kwargs) == _export_python(h, kwargs), kwargs
+    assert _export(h, {}, (1,)) == _export_python(h, {}, (1,))
+    assert interop.exports_alive() == alive  # every capsule released
+    h.free()
+    assert _export(h, {}) == _export_python(h, {}) and _export(h, {})[0] == "InvalidHandleError"
+
+
+def _export_python(h, kwargs, positional=()):
+    from pybridge import interop
+
+    class Python:
+        def __dlpack__(self, *a, **k):
+            return interop.futhark_dlpack(h, *a, **k)
+
+    return _export(Python(), kwargs, positional)
+
+
+def test_dlpack_in_c_orders_the_consumer_after_futharks_stream(both) -> None:
+    """The ordering branch (cuda: Futhark's stream named in the export), with a fake driver: the
+    consumer's stream waits for Futhark's; stream -1 or Futhark's own asks for nothing; a failed
+    driver call goes to the Python export, which raises it."""
+    from pybridge import interop
+
+    fast, _ = both
+    h = fast.types["[]f32"].new(np.arange(3, dtype=np.float32))
+    h.__dlpack__()  # the first export makes the entry
+    ref, state, cs = interop._futhark_exports[id(h)]
+    drv = FakeDriver()
+    futhark_stream = 0x5F
+    rec, wait = (ctypes.cast(f, ctypes.c_void_p).value for f in (drv.record, drv.wait))
+    interop._futhark_exports[id(h)] = (ref, state, cs[:6] + (futhark_stream, (rec, wait, 0xE1, futhark_stream)))
+    try:
+        for stream, want in [(None, [("record", 0xE1, 0x5F), ("wait", 1, 0xE1, 0)]),
+                             (7, [("record", 0xE1, 0x5F), ("wait", 7, 0xE1, 0)]), (-1, []), (0x5F, [])]:
+            drv.calls.clear()
+            h.__dlpack__(stream=stream)
+            assert drv.calls == want, stream
+        failing = FakeDriver(record_rc=700)
+        rec = ctypes.cast(failing.record, ctypes.c_void_p).value
+        named = state[:4] + (futhark_stream,)  # as on cuda: the export names Futhark's stream
+        interop._futhark_exports[id(h)] = (ref, named, cs[:6] + (futhark_stream, (rec, wait, 0xE1, futhark_stream)))
+        got = _export(h, {"stream": 3})
+        assert failing.calls == [("record", 0xE1, 0x5F)]  # tried in C, then the Python export ran
+        assert got == _export_python(h, {"stream": 3}) and got[0] != "ok", got
+    finally:
+        interop._futhark_exports[id(h)] = (ref, state, cs)
+        h.free()

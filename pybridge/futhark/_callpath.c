@@ -699,7 +699,13 @@ static PyMemberDef array_members[] = {
     {"_shape", T_OBJECT_EX, offsetof(ValueObject, shape), 0, NULL},
     {NULL},
 };
-static PyType_Slot array_slots[] = {{Py_tp_members, array_members}, {0, NULL}};
+static PyObject *array_dlpack(ValueObject *self, PyObject *args, PyObject *kw);
+static PyMethodDef array_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))array_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "DLPack export, no copy (interop.futhark_dlpack; its common case here)."},
+    {NULL},
+};
+static PyType_Slot array_slots[] = {{Py_tp_members, array_members}, {Py_tp_methods, array_methods}, {0, NULL}};
 static PyType_Spec array_spec = {"pybridge.futhark._callpath.ArrayBase", sizeof(ValueObject), 0,
                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, array_slots};
 
@@ -1708,13 +1714,8 @@ static void capsule_destructor(PyObject *capsule) {
     }
 }
 
-/* dlpack_capsule(ptr, shape, code, bits, device_type, device_id, versioned, readonly, owner) */
-static PyObject *dlpack_capsule(PyObject *m, PyObject *args) {
-    PyObject *ptr_o, *shape, *owner;
-    int code, bits, device_type, device_id, versioned, readonly;
-    if (!PyArg_ParseTuple(args, "OO!iiiippO:dlpack_capsule", &ptr_o, &PyTuple_Type, &shape, &code, &bits,
-                          &device_type, &device_id, &versioned, &readonly, &owner))
-        return NULL;
+static PyObject *make_capsule(PyObject *ptr_o, PyObject *shape, int code, int bits, int device_type, int device_id,
+                              int versioned, int readonly, PyObject *owner) {
     void *data = PyLong_AsVoidPtr(ptr_o);
     if (data == NULL && PyErr_Occurred()) return NULL;
     Py_ssize_t ndim = PyTuple_Size(shape);
@@ -1773,6 +1774,132 @@ static PyObject *dlpack_capsule(PyObject *m, PyObject *args) {
     return cap;
 }
 
+/* dlpack_capsule(ptr, shape, code, bits, device_type, device_id, versioned, readonly, owner) */
+static PyObject *dlpack_capsule(PyObject *m, PyObject *args) {
+    PyObject *ptr_o, *shape, *owner;
+    int code, bits, device_type, device_id, versioned, readonly;
+    if (!PyArg_ParseTuple(args, "OO!iiiippO:dlpack_capsule", &ptr_o, &PyTuple_Type, &shape, &code, &bits,
+                          &device_type, &device_id, &versioned, &readonly, &owner))
+        return NULL;
+    return make_capsule(ptr_o, shape, code, bits, device_type, device_id, versioned, readonly, owner);
+}
+
+/* ArrayBase.__dlpack__: interop.futhark_dlpack's common case in C, for a handle exported before
+ * (interop._futhark_export's entry carries what it needs: the export state in C form). Anything
+ * else (a first export, a freed handle, keywords with other values, a failed driver call) goes
+ * to futhark_dlpack itself, which raises the errors. */
+static PyObject *futhark_exports, *futhark_dlpack_py, *s_stream, *s_max_version, *s_dl_device, *s_copy;
+
+static PyObject *array_dlpack_slow(PyObject *self, PyObject *args, PyObject *kw) {
+    if (futhark_dlpack_py == NULL) { /* the first export of the process: interop configures this module */
+        PyObject *interop = PyImport_ImportModule("pybridge.interop");
+        PyObject *r = interop ? PyObject_CallMethod(interop, "_compiled_path", NULL) : NULL;
+        Py_XDECREF(interop);
+        if (r == NULL) return NULL;
+        Py_DECREF(r);
+        if (futhark_dlpack_py == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "__dlpack__: pybridge.interop did not configure the compiled path");
+            return NULL;
+        }
+    }
+    Py_ssize_t n = args ? PyTuple_Size(args) : 0;
+    PyObject *full = PyTuple_New(n + 1);
+    if (full == NULL) return NULL;
+    Py_INCREF(self);
+    PyTuple_SetItem(full, 0, self);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GetItem(args, i);
+        Py_INCREF(a);
+        PyTuple_SetItem(full, i + 1, a);
+    }
+    PyObject *r = PyObject_Call(futhark_dlpack_py, full, kw);
+    Py_DECREF(full);
+    return r;
+}
+
+static PyObject *array_dlpack(ValueObject *self, PyObject *args, PyObject *kw) {
+    PyObject *stream = Py_None, *max_version = Py_None;
+    if (futhark_exports == NULL || PyTuple_Size(args) != 0) return array_dlpack_slow((PyObject *)self, args, kw);
+    if (kw != NULL) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kw, &pos, &k, &v)) {
+            if (k == s_stream || PyUnicode_Compare(k, s_stream) == 0) stream = v;
+            else if (k == s_max_version || PyUnicode_Compare(k, s_max_version) == 0) max_version = v;
+            else if ((k == s_dl_device || PyUnicode_Compare(k, s_dl_device) == 0) && v == Py_None) continue;
+            else if ((k == s_copy || PyUnicode_Compare(k, s_copy) == 0) && (v == Py_None || v == Py_False)) continue;
+            else return array_dlpack_slow((PyObject *)self, args, kw);
+        }
+    }
+    long long consumer = 1; /* None: the legacy default stream */
+    if (stream != Py_None) {
+        if (!PyLong_CheckExact(stream)) return array_dlpack_slow((PyObject *)self, args, kw);
+        consumer = PyLong_AsLongLong(stream);
+        if (consumer == 0 || (consumer == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return array_dlpack_slow((PyObject *)self, args, kw);
+        }
+    }
+    int versioned = 0;
+    if (max_version != Py_None) {
+        if (!PyTuple_CheckExact(max_version) || PyTuple_Size(max_version) != 2) return array_dlpack_slow((PyObject *)self, args, kw);
+        PyObject *ma = PyTuple_GetItem(max_version, 0), *mi = PyTuple_GetItem(max_version, 1);
+        if (!PyLong_CheckExact(ma) || !PyLong_CheckExact(mi)) return array_dlpack_slow((PyObject *)self, args, kw);
+        long major = PyLong_AsLong(ma), minor = PyLong_AsLong(mi);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            return array_dlpack_slow((PyObject *)self, args, kw);
+        }
+        versioned = major > 1 || (major == 1 && minor >= 0);
+    }
+    if (self->status != Py_None || self->state == NULL || !self->state->open)
+        return array_dlpack_slow((PyObject *)self, args, kw);
+    PyObject *key = PyLong_FromVoidPtr(self);
+    if (key == NULL) return NULL;
+    PyObject *entry = PyDict_GetItemWithError(futhark_exports, key); /* borrowed */
+    Py_DECREF(key);
+    if (entry == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        return array_dlpack_slow((PyObject *)self, args, kw);
+    }
+    /* entry: (weak reference, export state, C state or None) */
+    if (!PyTuple_Check(entry) || PyTuple_Size(entry) != 3) return array_dlpack_slow((PyObject *)self, args, kw);
+    PyObject *ref = PyTuple_GetItem(entry, 0), *cs = PyTuple_GetItem(entry, 2);
+    PyObject *alive = PyObject_CallNoArgs(ref);
+    if (alive == NULL) return NULL;
+    Py_DECREF(alive); /* the handle itself is alive: the test is of identity */
+    if (alive != (PyObject *)self || !PyTuple_Check(cs) || PyTuple_Size(cs) != 8)
+        return array_dlpack_slow((PyObject *)self, args, kw);
+    /* C state: (ptr, shape, code, bits, device type, device id, producer stream or None,
+     *           (cuEventRecord, cuStreamWaitEvent, event, Futhark's stream) or None) */
+    PyObject *producer = PyTuple_GetItem(cs, 6), *order = PyTuple_GetItem(cs, 7);
+    if (producer != Py_None && consumer != -1) {
+        unsigned long long record, wait, event, fstream;
+        if (!PyArg_ParseTuple(order, "KKKK", &record, &wait, &event, &fstream)) return NULL;
+        if ((unsigned long long)consumer != fstream) { /* gpustream.FutharkStream.signal */
+            int rc = ((record_fn)(uintptr_t)record)((uintptr_t)event, (uintptr_t)fstream), wrc = 0;
+            if (rc == 0) wrc = ((wait_fn)(uintptr_t)wait)((uintptr_t)consumer, (uintptr_t)event, 0);
+            if (rc != 0 || wrc != 0) return array_dlpack_slow((PyObject *)self, args, kw); /* raises */
+        }
+    }
+    int code = (int)PyLong_AsLong(PyTuple_GetItem(cs, 2)), bits = (int)PyLong_AsLong(PyTuple_GetItem(cs, 3));
+    int dtype_ = (int)PyLong_AsLong(PyTuple_GetItem(cs, 4)), did = (int)PyLong_AsLong(PyTuple_GetItem(cs, 5));
+    if (PyErr_Occurred()) return NULL;
+    return make_capsule(PyTuple_GetItem(cs, 0), PyTuple_GetItem(cs, 1), code, bits, dtype_, did, versioned, 0,
+                        (PyObject *)self);
+}
+
+/* configure_dlpack(exports, futhark_dlpack): interop's export cache and the Python export. */
+static PyObject *configure_dlpack(PyObject *m, PyObject *args) {
+    PyObject *exports, *fn;
+    if (!PyArg_ParseTuple(args, "O!O:configure_dlpack", &PyDict_Type, &exports, &fn)) return NULL;
+    Py_INCREF(exports);
+    Py_XSETREF(futhark_exports, exports);
+    Py_INCREF(fn);
+    Py_XSETREF(futhark_dlpack_py, fn);
+    Py_RETURN_NONE;
+}
+
 static PyObject *dlpack_exports_alive(PyObject *m, PyObject *unused) { return PyLong_FromLong(exports_alive); }
 
 /* ------------------------------------------------------------------ module */
@@ -1798,6 +1925,7 @@ static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS, "Set the Python objects the compiled path uses (callpath.py, once)."},
     {"dlpack_capsule", dlpack_capsule, METH_VARARGS, "A DLPack capsule over a C-ordered array, owning a reference to owner."},
     {"dlpack_exports_alive", dlpack_exports_alive, METH_NOARGS, "Capsules made here not yet released by their consumer."},
+    {"configure_dlpack", configure_dlpack, METH_VARARGS, "Give ArrayBase.__dlpack__ interop's export cache and futhark_dlpack."},
     {"order_streams", order_streams, METH_VARARGS, "cuEventRecord then cuStreamWaitEvent through their addresses (ordering.py)."},
     {NULL},
 };
@@ -1820,7 +1948,8 @@ PyMODINIT_FUNC PyInit__callpath(void) {
                  {&s_state, "_state"}, {&s_ctx, "ctx"}, {&s_closed, "closed"}, {&s_live_ptr, "_live_ptr"},
                  {&s_pointer, "_pointer"}, {&s_ffi, "ffi"}, {&s_cast, "cast"}, {&s_uintptr, "uintptr_t"},
                  {&s_closed_msg, "the Futhark context is closed"}, {&s_general, "_call_general"}, {&s_bind, "_bind"},
-                 {&s_convert_scalars, "_convert_scalars"}, {&s_explained, "_explained"}, {&s_voidp, "void *"}};
+                 {&s_convert_scalars, "_convert_scalars"}, {&s_explained, "_explained"}, {&s_voidp, "void *"},
+                 {&s_stream, "stream"}, {&s_max_version, "max_version"}, {&s_dl_device, "dl_device"}, {&s_copy, "copy"}};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (intern(names[i].slot, names[i].s) < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);

@@ -99,6 +99,10 @@ class _PythonValue:
 class _PythonArray(_PythonValue):
     __slots__ = ("atype", "_shape")
 
+    # DLPack export (interop.futhark_dlpack, bound as the method itself; _callpath.ArrayBase has
+    # its common case in C).
+    __dlpack__ = futhark_dlpack
+
 
 class _PythonOpaque(_PythonValue):
     __slots__ = ("otype",)
@@ -285,9 +289,6 @@ class ArrayHandle(Value, _ArrayBase):  # type: ignore[misc,valid-type]
         """CAI v3 over Futhark's device memory, ``stream`` None: Futhark's context is synced before
         the first export of a value (later exports reuse what cannot change: see interop)."""
         return futhark_cai(self)
-
-    # DLPack export (interop.futhark_dlpack, bound as the method itself: no frame in between).
-    __dlpack__ = futhark_dlpack
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return futhark_dlpack_device(self)
