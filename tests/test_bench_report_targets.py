@@ -68,4 +68,3 @@ def test_call_path_table_judges_each_row_against_the_same_run():
     assert _line(lines, "as_device_array(torch)").endswith("| **no** |")
     assert "| 0.800 |" in _line(lines, "real programs on c: pybridge − bare µs, calls < 1 ms, median")
     assert "not measured" in _line(lines, "real programs on cuda: pybridge / executable, worst")
-    assert "not measured" in _line(lines, "c scalar entry")

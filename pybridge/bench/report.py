@@ -288,10 +288,6 @@ CALL_PATH_CALLS = [
      ("futhark-call (cuda)", ov.FUT_CFFI_API), ("ratio", 1.2)),
     ("cuda array entry on resident handles, result freed", ("futhark-array-call (cuda)", "pybridge lib.saxpy(a, hx, hy).free()"),
      ("futhark-array-call (cuda)", "bare cffi entry + free"), ("ratio", 1.2)),
-    ("c scalar entry, with the sync it needs", ("futhark-call (c)", ov.FUT_DEFAULT),
-     ("futhark-call (c)", ov.FUT_CFFI_API), ("ratio", 1.2)),
-    ("c array entry on resident handles, result freed", ("futhark-array-call (c)", "pybridge lib.saxpy(a, hx, hy).free()"),
-     ("futhark-array-call (c)", "bare cffi entry + free"), ("ratio", 1.2)),
 ]
 # pybridge's side of an exchange (exchange.py's rows) -> the rows of the same run that time the
 # driver's and the other library's part of it (what pybridge cannot remove).
