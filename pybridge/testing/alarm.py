@@ -17,7 +17,9 @@ Python 3.12, ``sys.monitoring`` after) runs Python code at every line, and a sig
 raises at the traced line: at a ``try:`` line that exception escapes every handler of the frame
 (CPython 3.11), and elsewhere it lands where no Ctrl-C could. So the handler does not raise while
 a trace function or Hypothesis's own code (its tracer, its GC callback) runs: it sets the timer
-again, ``DEFER_US`` later, and the interrupt lands in the code under test, as a real one would.
+again, ``DEFER_US`` later, and the interrupt lands in the code under test, as a real one would;
+once ``disarm()`` began (the call under test is over) it drops the interrupt instead, which raised
+there would escape the region that guards the call.
 Before, one that landed in Hypothesis's tracer at the lifecycle machine's ``try:`` killed its
 process with SIGINT.
 """
