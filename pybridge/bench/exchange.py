@@ -137,10 +137,12 @@ def driver_rows(b: str, lib: Any, n: int, calls: int, repeat: int) -> list[dict[
         return [skipped(b, DRIVER_PAIR, "the library has no stream accessors (no ordering to time)", n)]
     cu, ev, stream = cudriver.driver(), fs.slot.ev, fs.stream
 
-    def pair() -> None:
-        cu.cuEventRecord(ev, stream)
-        cu.cuStreamWaitEvent(1, ev, 0)
+    def pair() -> tuple[int, int]:
+        return cu.cuEventRecord(ev, stream), cu.cuStreamWaitEvent(1, ev, 0)
 
+    codes = pair()
+    if codes != (0, 0):  # timing calls that fail would time nothing real
+        return [skipped(b, DRIVER_PAIR, f"cuEventRecord / cuStreamWaitEvent returned {codes}", n)]
     return [_side(b, DRIVER_PAIR, n, pair, calls, repeat, note="libcuda through cffi, no pybridge code")]
 
 
