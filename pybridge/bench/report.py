@@ -335,8 +335,7 @@ def call_path_lines(rows: list[dict[str, Any]]) -> list[str]:
     if not sides:
         out.append(f"| exchange (pybridge's side) | not measured | | | ≤ {EXCHANGE_TARGET_US} µs | – |")
     for what, got, bench in sorted(sides, key=lambda s: -s[1]):
-        refs = [(name, _find(rows, bench, name)) for name in EXCHANGE_REFERENCES.get(what, ())]
-        refs = [(name, v) for name, v in refs if v is not None]
+        refs = [(name, v) for name in EXCHANGE_REFERENCES.get(what, ()) if (v := _find(rows, bench, name)) is not None]
         own = got - sum(v for _, v in refs)
         ref_text = "; ".join(f"{name.removeprefix('reference: ')} {v:.2f} µs" for name, v in refs) or "–"
         if got <= EXCHANGE_TARGET_US:
@@ -349,14 +348,14 @@ def call_path_lines(rows: list[dict[str, Any]]) -> list[str]:
                    f"{f'{own:.2f} µs' if refs else '–'} | ≤ {EXCHANGE_TARGET_US} µs | {verdict} |")
     for path, backend, impl, ref_impl in CALL_PATH_PROGRAMS:
         r = _summary(rows, backend, impl)
-        ref = _summary(rows, backend, ref_impl) if ref_impl else None
+        beside = _summary(rows, backend, ref_impl) if ref_impl else None
         if r is None:
             out.append(f"| {path} | not measured | | | | – |")
             continue
         target = r.get("target")
         met = r.get("met") if r.get("met") is not None else (r["value"] <= target if target is not None else None)
-        ref_text = "–" if ref is None else f"{ref_impl}: {ref['value']:.3f}"
-        out.append(f"| {path} | {r['value']:.3f} | {ref_text} | | "
+        beside_text = "–" if beside is None else f"{ref_impl}: {beside['value']:.3f}"
+        out.append(f"| {path} | {r['value']:.3f} | {beside_text} | | "
                    f"{'–' if target is None else f'≤ {target}'} | {_mark(met)} |")
     return out
 
