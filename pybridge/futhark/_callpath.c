@@ -722,6 +722,8 @@ static PyType_Spec opaque_spec = {"pybridge.futhark._callpath.OpaqueBase", sizeo
 typedef struct {
     int code, fast;
     PyObject *conv, *kind, *htype, *what, *consumed_by;
+    PyObject *consumed; /* the status a consumed argument gets, made with the plan: the call makes no
+                         * object for it, and no Python code (str() of `consumed_by`) runs there */
     int shared;
 } InSpec;
 
@@ -759,6 +761,7 @@ static int plan_traverse(PlanObject *p, visitproc visit, void *arg) {
         Py_VISIT(p->ins[i].htype);
         Py_VISIT(p->ins[i].what);
         Py_VISIT(p->ins[i].consumed_by);
+        Py_VISIT(p->ins[i].consumed);
     }
     for (Py_ssize_t k = 0; p->outs && k < p->n_out; k++) {
         Py_VISIT(p->outs[k].kind);
@@ -781,6 +784,7 @@ static int plan_clear(PlanObject *p) {
         Py_CLEAR(p->ins[i].htype);
         Py_CLEAR(p->ins[i].what);
         Py_CLEAR(p->ins[i].consumed_by);
+        Py_CLEAR(p->ins[i].consumed);
     }
     for (Py_ssize_t k = 0; p->outs && k < p->n_out; k++) {
         Py_CLEAR(p->outs[k].kind);
@@ -866,6 +870,7 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         s->htype = none_to_null(htype);
         s->what = none_to_null(what);
         s->consumed_by = none_to_null(by);
+        if (s->consumed_by != NULL && (s->consumed = consumed_status(s->consumed_by)) == NULL) goto fail;
         if (s->code >= C_ARRAY && (s->htype == NULL || !PyType_Check(s->htype))) {
             PyErr_SetString(PyExc_TypeError, "Plan: a handle input needs its handle type");
             goto fail;
@@ -1291,9 +1296,7 @@ static PyObject *plan_call(PlanObject *p, PyObject *args, PyObject *kwargs) {
         if (in->consumed_by == NULL) continue;
         PyObject *t, *v, *tb;
         PyErr_Fetch(&t, &v, &tb);
-        PyObject *st = consumed_status(in->consumed_by);
-        int r = st ? value_release_impl((ValueObject *)a[i], st, 1) : -1;
-        Py_XDECREF(st);
+        int r = value_release_impl((ValueObject *)a[i], in->consumed, 1);
         if (t != NULL) { /* the first error wins */
             if (r < 0) PyErr_Clear();
             PyErr_Restore(t, v, tb);
