@@ -77,7 +77,7 @@ CU_SM    := $(subst sm_,,$(CUDA_ARCH))
 # Machine code for CUDA_ARCH plus PTX of the same level, which the driver JIT-compiles on newer GPUs.
 CU_GENCODE := -gencode arch=compute_$(CU_SM),code=sm_$(CU_SM) -gencode arch=compute_$(CU_SM),code=compute_$(CU_SM)
 # No -lineinfo: nvcc writes the build folder's absolute path into the line tables of the cubin, the
-# PTX and the library, and `pip install .` ships them (issue 33: no build machine's path in a wheel).
+# PTX and the library, and `pip install .` ships them (no build machine's path belongs in a wheel).
 # To profile with source lines: make cuda NVCCFLAGS='-O3 -std=c++17 -lineinfo'.
 NVCCFLAGS ?= -O3 -std=c++17
 CU_OUTPUTS := $(foreach m,$(CU_MODS),$(CU_DIR)/$(m).cubin $(CU_DIR)/$(m).ptx $(CU_DIR)/lib$(m).so $(CU_DIR)/lib$(m).launchers.json)

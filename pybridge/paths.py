@@ -5,7 +5,7 @@ tree (``build/futhark``, ``build/cuda``, the probe program of ``build/reference`
 installed package as ``pybridge/_build``. Lookup order: ``$PYBRIDGE_BUILD``, the source checkout's
 ``build/`` (only when this package is imported from a checkout), the installed ``pybridge/_build``.
 Never the current directory: loading a library runs its code, and ``./build`` may be someone
-else's checkout (issue 31). The tests of a checkout run against the installed package name the
+else's checkout. The tests of a checkout run against the installed package name the
 checkout's ``build/`` in ``$PYBRIDGE_BUILD`` (tests/conftest.py).
 """
 

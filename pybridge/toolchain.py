@@ -11,7 +11,7 @@ the first that exists wins:
    the per-user ``<user data dir>/tools`` (platformdirs: ``~/.local/share/pybridge/tools`` on Linux).
 
 Nothing of the current directory and nothing an installed wheel records takes part: a file there
-would choose which program runs (issue 31).
+would choose which program runs.
 
 :func:`install_futhark` runs ``install-futhark.sh --force`` (the checkout's ``scripts/``, or the copy
 the package ships) into the install folder, only when the lookup finds nothing or when asked to.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lifecycle machine, its Ctrl-C rule on, on cuda (issue 31): 2,000 sequences over aliasing,
+# The lifecycle machine, its Ctrl-C rule on, on cuda: 2,000 sequences over aliasing,
 # composed (records, sums, arrays of both), histogram, probe (a consuming entry) and types, batches
 # of 100 in child processes with the Hypothesis seeds 1..20, each batch limited (one that hangs ends
 # with every thread's stack in the summary's crash entry).

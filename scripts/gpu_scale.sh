@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# Issue 32 in ONE device call on nvidia-h100-x4 (4 H100s, NVLink): the topology, the build, the
-# multi-GPU and one-GPU Dask tests, a clean-exit check of pybridge.cuda, then
-# `pybridge bench scaling --gpus N` (rows B1-B4, sizes, B0, saxpy, transfers, most important first),
-# which writes BENCHMARKS.md's multi-GPU section and the speedup plot. The whole script keeps within
-# TOTAL seconds (default 500, under the device's 600 s per call): every step's timeout is what is
-# left after the later steps' shares, and the bench gets --budget so it stops measuring in time to
-# write what it has; if it is killed anyway, the section is rebuilt from the rows it streamed.
+# pybridge.dask over many GPUs in ONE device call on a machine of N GPUs (nvidia-h100-x2 / -x4 /
+# nvidia-h200-x2 ...; N is what nvidia-smi -L finds): the topology, the build, the multi-GPU tests
+# (those needing more GPUs than there are skip, saying so) and the one-GPU Dask tests, a clean-exit
+# check of pybridge.cuda, then `pybridge bench scaling --gpus N --repeat 5` (rows B1-B4, sizes, B0,
+# saxpy, transfers, most important first, each over 1..N GPUs; a target is judged only at the GPU
+# counts it is set for and measured), which writes BENCHMARKS.md's multi-GPU section and the speedup
+# plot, and last the size rows again on dask-cuda's LocalCUDACluster. The whole script keeps within
+# TOTAL seconds (default 470: under 8 minutes): every step's timeout is what is left after the later
+# steps' shares, and the bench gets --budget so it stops measuring in time to write what it has; if
+# it is killed anyway, the section is rebuilt from the rows it streamed.
 #
 #   bash scripts/gpu_scale.sh            # everything
 #   bash scripts/gpu_scale.sh --quick    # smoke: install, build, a few tests, the bench at tiny sizes
 #
-# Comes back in $OUT (7 files): topo.txt, summary.txt (every step's outcome, the targets table),
-# multi-gpu.md (the section) and multi-gpu.json (its rows), scaling.png, scaling.json, and
-# logs.tar.gz (setup/build log, each test log, bench stdout/stderr, the streamed rows).
+# Comes back in $OUT (10 files): topo.txt, summary.txt (every step's outcome, the targets table),
+# multi-gpu.md (the section) and multi-gpu.json (its rows), rows.jsonl (each row as measured),
+# scaling.png, scaling.json, size-dask-cuda.md and .json (the size rows on LocalCUDACluster), and
+# logs.tar.gz (setup/build log, each test log, bench stdout/stderr).
+# The section's first line names the machine, the date and the commit (git's, else $COMMIT).
 #
 # Prepared on the development machine first (never committed), from this checkout:
 #   make -k futhark FUTHARK_BACKEND=cuda    # the C of build/futhark/cuda (dot, jacobi, matmul, saxpy, mandelbrot, ...)
@@ -22,7 +27,7 @@
 # Carry: .gpu-wheels .whl build/futhark/cuda (and build/cuda).
 set -u
 QUICK=${1:-}
-TOTAL=${TOTAL:-500}
+TOTAL=${TOTAL:-470}
 export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=/tmp/pb-cache
 export NCCL_NVLS_ENABLE=0        # NVLink multicast off in this process and every worker it starts
 export CUPY_TF32=0               # cuBLAS in float32 arithmetic, like pybridge's kernel
@@ -48,7 +53,14 @@ outcome() {
 step "topology"
 nvidia-smi topo -m > "$REAL_OUT/topo.txt" 2>&1; cat "$REAL_OUT/topo.txt"
 nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv,noheader | tee -a "$SUMMARY"
-NGPU=$(nvidia-smi -L | wc -l)
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+[ "$NGPU" -gt 0 ] || NGPU=$(python3 -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())" 2>/dev/null || echo 0)
+say "GPUs found: $NGPU"
+[ "$NGPU" -gt 0 ] || { say "no GPU: nothing to scale over"; exit 1; }
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo "${COMMIT:-not recorded}")
+LABEL="${NGPU}x ${GPU_NAME:-GPU} ($(nproc) CPUs), $(date -u '+%Y-%m-%d %H:%M') UTC, commit $COMMIT"
+say "run: $LABEL"
 NCPU=$(nproc)
 
 step "install (carried wheels, no network)"
@@ -126,26 +138,38 @@ if [ "$QUICK" != "--quick" ]; then
   outcome "one-GPU Dask tests" $? "$LOGS/test_dask_gpu.log"
 fi
 
+DASK_CUDA_SHARE=0
+[ "$QUICK" != "--quick" ] && python3 -c "import dask_cuda" 2>/dev/null && DASK_CUDA_SHARE=80
 step "pybridge bench scaling --gpus $NGPU"
-BUDGET=$(( TOTAL - SECONDS - 50 ))   # the bench stops starting measurements then, and writes its section
+BUDGET=$(( TOTAL - SECONDS - 50 - DASK_CUDA_SHARE ))   # the bench stops starting measurements then, and writes its section
 [ "$BUDGET" -lt 60 ] && BUDGET=60
 say "bench budget ${BUDGET}s"
-BENCH=(--gpus "$NGPU" --json "$REAL_OUT/scaling.json" --section "$REAL_OUT/multi-gpu.md" --plot "$REAL_OUT/scaling.png"
-       --topology "$REAL_OUT/topo.txt" --rows-out "$LOGS/rows.jsonl" --budget "$BUDGET")
+BENCH=(--gpus "$NGPU" --repeat 5 --json "$REAL_OUT/scaling.json" --section "$REAL_OUT/multi-gpu.md" --plot "$REAL_OUT/scaling.png"
+       --topology "$REAL_OUT/topo.txt" --rows-out "$REAL_OUT/rows.jsonl" --budget "$BUDGET" --label "$LABEL")
 [ "$QUICK" = "--quick" ] && BENCH+=(--quick)
 timeout -k 10 $(( BUDGET + 35 )) python3 -m pybridge bench scaling "${BENCH[@]}" > "$LOGS/bench.out" 2> "$LOGS/bench.err"
 RC=$?
 say "bench rc=$RC"
 grep -E "^scaling:" "$LOGS/bench.out" | tee -a "$SUMMARY"
-if [ ! -s "$REAL_OUT/multi-gpu.md" ] && [ -s "$LOGS/rows.jsonl" ]; then
+if [ ! -s "$REAL_OUT/multi-gpu.md" ] && [ -s "$REAL_OUT/rows.jsonl" ]; then
   say "the bench wrote no section (rc=$RC): rebuilt from the rows it streamed"
-  timeout 60 python3 -m pybridge.bench.scaling_report "$LOGS/rows.jsonl" --section "$REAL_OUT/multi-gpu.md" \
+  timeout 60 python3 -m pybridge.bench.scaling_report "$REAL_OUT/rows.jsonl" --section "$REAL_OUT/multi-gpu.md" \
     --plot "$REAL_OUT/scaling.png" 2>&1 | tail -3 | tee -a "$SUMMARY"
 fi
 [ -e "$REAL_OUT/multi-gpu.md" ] && sed -n '/^\*\*Targets/,/^!\[\|^\*\*Topology/p' "$REAL_OUT/multi-gpu.md" | head -45 | tee -a "$SUMMARY"
-grep -E "skipped" "$LOGS/rows.jsonl" 2>/dev/null | cut -c1-300 | tee -a "$SUMMARY"
+grep -E "skipped" "$REAL_OUT/rows.jsonl" 2>/dev/null | cut -c1-300 | tee -a "$SUMMARY"
 say "bench stderr, errors: $(grep -cE "Traceback|Error" "$LOGS/bench.err") lines; PyCUDA aborts: $(grep -c "PyCUDA ERROR" "$LOGS/bench.err"); workers killed by a signal: $(grep -c "killed by signal" "$LOGS/bench.err")"
 grep -E "Traceback|Error|killed by signal" "$LOGS/bench.err" | sort | uniq -c | sort -rn | head -8 | cut -c1-250 | tee -a "$SUMMARY"
 [ -e "$REAL_OUT/scaling.png" ] || say "no plot here (matplotlib missing?): draw it from the rows with
   python -m pybridge.bench.scaling_report multi-gpu.json --section multi-gpu.md --plot scaling.png"
+
+if [ "$DASK_CUDA_SHARE" -gt 0 ]; then
+  step "size rows on dask-cuda's LocalCUDACluster ($NGPU GPUs)"
+  BUDGET=$(( TOTAL - SECONDS - 25 )); [ "$BUDGET" -lt 30 ] && BUDGET=30
+  timeout -k 10 $(( BUDGET + 20 )) python3 -m pybridge bench scaling --gpus "$NGPU" --cluster dask-cuda --rows size \
+    --section "$REAL_OUT/size-dask-cuda.md" --rows-out "$LOGS/rows-dask-cuda.jsonl" --budget "$BUDGET" --label "$LABEL" \
+    > "$LOGS/bench-dask-cuda.out" 2> "$LOGS/bench-dask-cuda.err"
+  say "dask-cuda size rows rc=$?"
+  grep -E "^\| size|skipped" "$REAL_OUT/size-dask-cuda.md" 2>/dev/null | cut -c1-300 | tee -a "$SUMMARY"
+fi
 say "whole run ${SECONDS}s"

@@ -150,6 +150,24 @@ def test_program_error_names_the_chunk(client):
     np.testing.assert_allclose(client.compute(ok, sync=True), np.sqrt(np.abs(x)))
 
 
+def test_the_graph_travels_as_its_description_and_culls_to_the_blocks_asked_for(client):
+    """map_blocks's layer is written out where it runs (the scheduler), not on the client; asking
+    for some blocks culls it to those."""
+    from pybridge.dask.graph import BlockCalls
+
+    x = chunked(np.arange(4000, dtype=np.float32), 10)  # 400 blocks
+    out = pbd.map_blocks(ref("saxpy", "saxpy"), 2.0, x, x, name="cull-me")
+    layer = out.__dask_graph__().layers["cull-me"]
+    assert isinstance(layer, BlockCalls) and len(layer) == 400 and len(pickle.dumps(layer)) < 4000
+    np.testing.assert_array_equal(client.compute(out[1205:1230], sync=True), 3 * np.arange(1205, 1230, dtype=np.float32))
+    np.testing.assert_array_equal(client.compute(out, sync=True), 3 * np.arange(4000, dtype=np.float32))
+    assert not layer.is_materialized()  # the client never wrote the 400 tasks out
+    culled = out.__dask_graph__().cull({("cull-me", 120), ("cull-me", 122)})
+    (kept,) = [v for v in culled.layers.values() if isinstance(v, BlockCalls)]
+    assert sorted(kept) == [("cull-me", 120), ("cull-me", 122)]
+    assert kept.get_dependencies(("cull-me", 122), set()) == {(x.name, 122)}
+
+
 def test_killed_worker_is_replaced_and_its_tasks_rerun():
     """A worker killed while it runs a block: the nanny starts a new process, the lost blocks run
     again, the result is right. Robust on a loaded machine: the kill waits (generously) for a
@@ -319,6 +337,63 @@ def test_entry_from_a_loaded_library_keeps_its_options():
     lib.close()
 
 
+def test_each_task_carries_its_block_not_the_grid():
+    """A task names its block and elements itself (written in when the graph is built), so it is
+    the same size in a graph of 4 blocks as in one of 400 (what the scheduler ships per task), and
+    an error names the block under the local schedulers too."""
+    from distributed.protocol import pickle as dpickle
+
+    r = ref("chunky", "checked_sqrt")
+    small = pbd.map_blocks(r, chunked(np.ones(40), 10), name="g-a")
+    large = pbd.map_blocks(r, chunked(np.ones(4000), 10), name="g-b")
+    sizes = [len(dpickle.dumps(dict(g.__dask_graph__())[(g.name, 2)])) for g in (small, large)]
+    assert sizes[1] - sizes[0] < 8, sizes  # the count of blocks is a number; the grid would be 400 more
+    x = np.arange(40, dtype=np.float64)
+    x[25] = -1.0  # block 2 of 4
+    for scheduler in ("sync", "threads"):
+        with dask.config.set(scheduler=scheduler), pytest.raises(pf.ProgramError) as info:
+            pbd.map_blocks(r, chunked(x, 10)).compute()
+        assert "checked_sqrt failed on block (2,) of (4,) (elements 20:30)" in str(info.value) and info.value.block == (2,)
+
+
+def test_given_chunks_must_give_one_block_per_call():
+    x = chunked(np.ones(10, np.float32), 5)
+    with pytest.raises(ValueError, match=r"chunks=\(\(10,\),\) gives the result \(1,\) blocks, but the arguments are split \(2,\)"):
+        pbd.map_blocks(ref("saxpy", "saxpy"), 1.0, x, x, chunks=((10,),))
+    out = pbd.map_blocks(ref("saxpy", "saxpy"), 1.0, x, x, chunks=((5, 5),))
+    with dask.config.set(scheduler="sync"):
+        np.testing.assert_array_equal(out.compute(), np.full(10, 2, np.float32))
+
+
+def test_map_blocks_under_dask_array_expressions():
+    """With Dask's array expressions switched on (``array.query-planning``, read once at import):
+    the same results, and an error still names its block."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import dask, numpy as np, dask.array as da
+import pybridge.dask as pbd
+import pybridge.futhark as pf
+saxpy, sqrt = pbd.entry(sys.argv[1], "saxpy", backend="c"), pbd.entry(sys.argv[2], "checked_sqrt", backend="c")
+assert da._array_expr_enabled()
+x = da.arange(10, chunks=3, dtype=np.float32)
+with dask.config.set(scheduler="sync"):
+    np.testing.assert_array_equal((pbd.map_blocks(saxpy, np.float32(2), x, x) + 1).compute(), 3 * np.arange(10) + 1)
+    y = np.arange(40.0); y[25] = -1
+    try:
+        pbd.map_blocks(sqrt, da.from_array(y, chunks=10)).compute()
+    except pf.ProgramError as e:
+        assert e.block == (2,) and "elements 20:30" in str(e), str(e)
+        print("ok")
+"""
+    env = {**os.environ, "DASK_ARRAY__QUERY_PLANNING": "True", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code, library_or_source("saxpy", "c"), str(CHUNKY)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
 # ---------------------------------------------------------------- the task functions alone
 
 
@@ -332,9 +407,14 @@ def test_block_error_keeps_its_class_and_survives_pickling():
 
 
 def test_local_cluster_pins_one_device_per_worker_by_environment():
-    for pin, var, want in (("visible", "CUDA_VISIBLE_DEVICES", {"0,1", "1,0"}), ("index", pbd.DEVICE_ENV, {"#0", "#1"})):
-        with pbd.local_cluster(devices=[0, 1], pin=pin) as cluster, distributed.Client(cluster) as c:
+    """Also: GPU workers have no host memory limit unless given one (their blocks are in device
+    memory, which Dask would count against a share of host memory)."""
+    for pin, var, want, limit in (("visible", "CUDA_VISIBLE_DEVICES", {"0,1", "1,0"}, None),
+                                  ("index", pbd.DEVICE_ENV, {"#0", "#1"}, "3GiB")):
+        with pbd.local_cluster(devices=[0, 1], pin=pin, memory_limit=limit) as cluster, distributed.Client(cluster) as c:
             assert set(c.run(getenv, var).values()) == want
+            limits = {w["memory_limit"] for w in c.scheduler_info()["workers"].values()}
+            assert limits == ({0} if limit is None else {3 * 2**30})
     with pytest.raises(ValueError, match="one worker per device"):
         pbd.local_cluster(3, devices=[0, 1])
 

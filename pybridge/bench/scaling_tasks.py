@@ -37,7 +37,10 @@ def synced(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def first(x: Any, y: Any) -> Any:
-    """B0's plain-Dask task: the block passed through (no work)."""
+    """B0's plain-Dask task: the block passed through (no work), ending as every timed task does
+    (its GPU work waited for). A module-level function, as a Dask user writes one: a closure
+    (``synced(...)``) would be pickled by value with every task and slow plain Dask down."""
+    wait_for_device(x)
     return x
 
 
@@ -109,12 +112,16 @@ def matmul_kernel(comm: Any, a: Any, b: Any) -> Any:
 
 
 def mandelbrot_frame(entry: Any, side: int, max_iter: int) -> Callable[..., Any]:
-    """Rank r's frame: the view [-2.25, 0.75] x [-1.5, 1.5] shifted by r/100 of a pixel."""
+    """Rank r's frame: the view [-2.25, 0.75] x [-1.5, 1.5] shifted by r/100 of a pixel (another
+    image, the same work: at 2048² and 2000 iterations the four frames' iteration totals differ by
+    less than 0.01%). The frame stays on the GPU (``on_device``: the entry point takes only
+    scalars, so no argument says where its result goes)."""
     d = np.float32(3.0 / side)
 
     def run(comm: Any, frame: Any) -> Any:
         x0 = np.float32(-2.25 + comm.rank * float(d) / 100)
-        return call_entry(entry, (np.int64(side), np.int64(side), x0, np.float32(-1.5), d, d, np.int32(max_iter)))
+        args = (np.int64(side), np.int64(side), x0, np.float32(-1.5), d, d, np.int32(max_iter))
+        return call_entry(entry, args, on_device=True)
 
     return run
 

@@ -19,11 +19,15 @@ import numpy as np
 
 import dask
 import dask.array as da
+from dask.base import tokenize
+from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph
 
 from ..futhark import EntryPoint
 from ..futhark.manifest import ArrayInfo
 from . import blocks
-from .plan import Whole, is_chunked, plan_blocks, result_chunks, result_dtype, result_shape, result_type
+from .graph import BlockCalls, array_from_graph
+from .plan import Chunks, Plan, Whole, is_chunked, plan_blocks, result_chunks, result_dtype, result_shape, result_type
 from .refs import EntryRef, LibraryRef
 
 
@@ -87,21 +91,45 @@ def map_blocks(target: Any, *args: Any, chunks: Sequence[Sequence[int]] | None =
     """
     ref = entry(target)
     plan = plan_blocks(ref, args)
-    out_chunks = tuple(tuple(c) for c in chunks) if chunks is not None else result_chunks(plan, args)
+    out_chunks = _given_chunks(ref, plan, chunks) if chunks is not None else result_chunks(plan, args)
     dtype = result_dtype(ref)
-    rank = len(plan.numblocks)
-    return da.map_blocks(
-        blocks.map_block,
-        *(_whole(a) for a in args),
-        entry=ref,
-        grid=blocks.Grid(out_chunks),
-        **({"sync": True} if sync else {}),
-        chunks=out_chunks,
-        drop_axis=list(range(len(out_chunks), rank)),  # a result of lower rank drops trailing axes
-        dtype=dtype,
-        meta=_meta(ref, args, len(out_chunks), dtype),
-        **({"name": name} if name is not None else {"token": f"pybridge-{ref.name}"}),  # token: a key prefix
-    )
+    given = [_whole(a) for a in args]  # whole arrays as graph nodes (a Delayed), the rest as they are
+    if name is None:  # a Delayed tokenizes as its key: a whole array is not hashed on every call
+        name = f"pybridge-{ref.name}-{tokenize(ref, out_chunks, sync, *given)}"
+    meta = _meta(ref, args, len(out_chunks), dtype)
+    return array_from_graph(_block_graph(name, ref, given, plan, out_chunks, sync), name, out_chunks, dtype, meta)
+
+
+def _block_graph(name: str, ref: EntryRef, args: Sequence[Any], plan: Plan, out_chunks: Chunks, sync: bool) -> HighLevelGraph:
+    """``map_blocks``'s graph: one task per block (``graph.BlockCalls``: why not Dask's own).
+
+    ``args``: the entry point's arguments, dask arrays (``plan.chunked``: block k of each goes to
+    task k) and whole arrays as ``Delayed`` graph nodes (every task names the one node), the rest
+    (scalars) as they are."""
+    nodes = [i for i, a in enumerate(args) if i in plan.chunked or isinstance(a, Delayed)]
+    call = blocks.BlockCall(ref, [None if i in nodes else a for i, a in enumerate(args)], nodes, plan.numblocks, sync)
+    spans = []  # per result axis, each block's (first, end) element
+    for c in out_chunks:
+        ends = np.cumsum(c).tolist()
+        spans.append(list(zip([0] + ends[:-1], ends)))
+    inputs = [(True, args[i].name) if i in plan.chunked else (False, args[i].key) for i in nodes]
+    layer = BlockCalls(name, call, plan.numblocks, len(out_chunks), spans, inputs)
+    return HighLevelGraph.from_collections(name, layer, dependencies=[args[i] for i in nodes])
+
+
+def _given_chunks(ref: EntryRef, plan: Plan, chunks: Sequence[Sequence[int]]) -> Chunks:
+    """``chunks=`` checked against the blocks: one block of the result per block of the arguments
+    (a lower-rank result drops trailing axes that are one block)."""
+    out = tuple(tuple(int(n) for n in c) for c in chunks)
+    rank = len(out)
+    if rank > len(plan.numblocks) or any(len(c) != n for c, n in zip(out, plan.numblocks)) or any(
+            n != 1 for n in plan.numblocks[rank:]):
+        raise ValueError(
+            f"{ref.name}: chunks={out} gives the result {tuple(len(c) for c in out)} blocks, but the arguments are "
+            f"split {plan.numblocks}: one result block per call, so the same number of blocks along each axis "
+            f"(a result of lower rank drops trailing axes that are one block)"
+        )
+    return out
 
 
 def _combine_ref(combine: Any, partial_type: ArrayInfo | str, default: EntryRef) -> EntryRef | Callable[[Any], Any]:

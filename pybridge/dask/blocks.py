@@ -15,7 +15,9 @@ No dask import here: the functions take plain arguments and are tested without a
 
 from __future__ import annotations
 
+import functools
 import os
+import pickle
 from typing import Any, Sequence
 
 import numpy as np
@@ -152,23 +154,29 @@ def named_error(e: FutharkError, entry: EntryRef, where: str, block: Sequence[in
 
 
 def call_entry(entry: EntryRef, args: Sequence[Any], block: Sequence[int] | None = None,
-               nblocks: Sequence[int] | None = None, location: Any = None, sync: bool = False) -> Any:
+               nblocks: Sequence[int] | None = None, location: Any = None, sync: bool = False,
+               on_device: bool | None = None) -> Any:
     """Run ``entry`` on one block's arguments in this process's context; results as chunks.
     ``sync``: wait for the call's GPU work before returning (Futhark's context sync: an error of
-    that work is raised here, naming the block)."""
+    that work is raised here, naming the block). ``on_device``: on the cuda backend, results stay
+    on the GPU as CuPy arrays (True) or are copied to NumPy (False); by default they stay when an
+    argument is a device array. An entry point given only scalars (a frame rendered from its view)
+    makes its result on the GPU all the same: ``on_device=True`` keeps it there."""
     while True:
         slot = worker_slot(entry.library)
         with slot.lock:
             if not slot.library.closed:  # else it was discarded while this thread waited
-                return _call_locked(slot, entry, args, block, nblocks, location, sync)
+                return _call_locked(slot, entry, args, block, nblocks, location, sync, on_device)
 
 
 def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequence[int] | None,
-                 nblocks: Sequence[int] | None, location: Any, sync: bool = False) -> Any:
+                 nblocks: Sequence[int] | None, location: Any, sync: bool = False, on_device: bool | None = None) -> Any:
     lib = slot.library
     ep = lib.entry_points[entry.name]
     device = device_ordinal(worker_device(entry.library)) if lib.backend == "cuda" else 0
-    on_device = lib.backend == "cuda" and any(is_device_array(a) for a in args)
+    if on_device is None:
+        on_device = any(is_device_array(a) for a in args)
+    on_device = on_device and lib.backend == "cuda"
     temps: list[ArrayHandle] = []
     slot.calls += 1
     while slot.pending_frees:
@@ -191,33 +199,48 @@ def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequen
                 h.free()
 
 
-class Grid:
-    """A result's chunks, handed to every task of a graph once: an object Dask does not walk into
-    when it looks for collections among the arguments (a tuple of 256 chunks would be walked)."""
+class BlockCall:
+    """What every task of one ``pbd.map_blocks`` graph shares, made once on the client: the entry
+    point, the arguments that are the same in every call (scalars) with a gap where each task's own
+    values go (its blocks, the whole arrays the graph names), the grid's block counts, and ``sync``.
+    A task carries this, its block index and its elements: small and fixed, whatever the number of
+    blocks (a task that carried the whole grid would grow with it).
 
-    __slots__ = ("chunks",)
+    The scheduler pickles each task on its own when it sends it to a worker: this object pickles as
+    bytes made once (a copy per task), which each worker process unpickles once (``_shared_call``)."""
 
-    def __init__(self, chunks: Sequence[Sequence[int]]):
-        self.chunks = tuple(tuple(int(n) for n in c) for c in chunks)
+    __slots__ = ("entry", "template", "gaps", "nblocks", "sync", "_pickled")
+
+    def __init__(self, entry: EntryRef, template: Sequence[Any], gaps: Sequence[int], nblocks: Sequence[int], sync: bool):
+        self.entry, self.template, self.gaps = entry, tuple(template), tuple(gaps)
+        self.nblocks, self.sync = tuple(int(n) for n in nblocks), bool(sync)
+        self._pickled: bytes | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Grid, (self.chunks,))
+        if self._pickled is None:
+            self._pickled = pickle.dumps((self.entry, self.template, self.gaps, self.nblocks, self.sync), protocol=5)
+        return (_shared_call, (self._pickled,))
 
-    def __dask_tokenize__(self) -> Any:
-        return ("pybridge-grid", self.chunks)
+    def arguments(self, values: Sequence[Any]) -> list[Any]:
+        args = list(self.template)
+        for i, v in zip(self.gaps, values):
+            args[i] = v
+        return args
 
 
-def map_block(*args: Any, entry: EntryRef, grid: Grid | None = None,
-              block_id: Sequence[int] | None = None, sync: bool = False) -> Any:
-    """The task function of ``pybridge.dask.map_blocks``: Dask fills in ``block_id``; ``grid``
-    (the result's chunks, given once for the whole graph) places the block for error messages. (Dask's
-    ``block_info`` would say the same, but builds a dict per block on the client: several times
-    Dask's own cost per task.)"""
-    location = None
-    if block_id is not None and grid is not None:
-        location = [(sum(c[:i]), sum(c[: i + 1])) for c, i in zip(grid.chunks, block_id)]
-    nblocks = None if grid is None else tuple(len(c) for c in grid.chunks)
-    return call_entry(entry, args, block_id, nblocks, location, sync)
+@functools.lru_cache(maxsize=64)
+def _shared_call(pickled: bytes) -> BlockCall:
+    """One ``BlockCall`` per graph in this process, however many of its tasks arrive."""
+    call = BlockCall(*pickle.loads(pickled))
+    call._pickled = pickled
+    return call
+
+
+def map_block(call: BlockCall, block: tuple[int, ...], location: tuple[tuple[int, int], ...], *values: Any) -> Any:
+    """The task function of ``pybridge.dask.map_blocks``: ``values`` fill the gaps of ``call``'s
+    arguments; ``block`` and ``location`` (its elements along each axis), written into the task
+    when the graph was built, name the block in an error."""
+    return call_entry(call.entry, call.arguments(values), block, call.nblocks, location, call.sync)
 
 
 def reduce_block(entry: EntryRef, block: tuple[int, ...], nblocks: tuple[int, ...], *args: Any) -> Any:

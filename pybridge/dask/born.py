@@ -96,10 +96,11 @@ def from_function(fn: Callable[[BlockInfo, Any], Any], shape: Sequence[int], chu
     else ``numpy``. ``fn`` may return a host array (a loader reading ``info.slices`` of a file):
     it is moved to the device there. ``chunks`` as for dask (``2**20``, ``(1000, 500)``, ...);
     ``workers`` limits the blocks to those workers (addresses or names)."""
-    import dask.array as da
     from dask.array.core import normalize_chunks
     from dask.base import tokenize
     from distributed import default_client
+
+    from .graph import array_from_graph
 
     client = client or default_client()
     shape = tuple(int(s) for s in shape)
@@ -120,7 +121,7 @@ def from_function(fn: Callable[[BlockInfo, Any], Any], shape: Sequence[int], chu
         futures[key] = client.submit(make_block, fn, info, dtype, device, key=key, workers=[owner],
                                      allow_other_workers=True, pure=False)
     meta = _array_module(device).empty((0,) * len(shape), dtype)
-    return da.Array(futures, name, chunks, dtype=dtype, meta=meta)
+    return array_from_graph(futures, name, chunks, dtype, meta)
 
 
 def random(shape: Sequence[int], chunks: Any, *, seed: int = 0, dtype: Any = np.float32,

@@ -34,10 +34,20 @@ def _visible(devices: Sequence[int | str], k: int) -> str:
 
 def local_cluster(n_workers: int | None = None, *, devices: Sequence[int | str] | None = None,
                   pin: str = "visible", threads_per_worker: int = 1, processes: bool = True,
-                  **kwargs: Any) -> LocalCluster | SpecCluster:
-    """A local cluster: one worker per GPU in ``devices``, or ``n_workers`` CPU workers."""
+                  memory_limit: str | float | None = None, **kwargs: Any) -> LocalCluster | SpecCluster:
+    """A local cluster: one worker per GPU in ``devices``, or ``n_workers`` CPU workers.
+
+    ``memory_limit``: each worker's host memory limit, as Dask takes it (bytes, ``"16GiB"``,
+    ``"auto"``, 0 for none). CPU workers: Dask's default (``"auto"``: the machine's memory shared
+    out). GPU workers: 0 by default. Their blocks live in device memory, but Dask counts a block's
+    bytes against the host limit all the same: at the machine's memory shared out, a worker
+    refuses a task whose device inputs outgrow its share of *host* memory (``MemoryError``) and,
+    nearer the limit, spills device blocks to disk through the host. The GPU's own memory bounds
+    them instead (a block that does not fit fails with ``OutOfMemoryError``, naming it)."""
     kwargs.setdefault("dashboard_address", ":0")  # any free port: several clusters may run at once
     if devices is None:
+        if memory_limit is not None:
+            kwargs["memory_limit"] = memory_limit
         return LocalCluster(n_workers=n_workers or 1, threads_per_worker=threads_per_worker, processes=processes, **kwargs)
     if pin not in ("visible", "index"):
         raise ValueError(f"pin must be 'visible' or 'index', got {pin!r}")
@@ -48,7 +58,8 @@ def local_cluster(n_workers: int | None = None, *, devices: Sequence[int | str] 
     workers = {}
     for k, d in enumerate(devices):
         env = {"CUDA_VISIBLE_DEVICES": _visible(devices, k)} if pin == "visible" else {DEVICE_ENV: f"#{d}"}
-        workers[f"gpu-{k}"] = {"cls": Nanny, "options": {"nthreads": threads_per_worker, "env": env, "name": f"gpu-{k}"}}
+        workers[f"gpu-{k}"] = {"cls": Nanny, "options": {"nthreads": threads_per_worker, "env": env, "name": f"gpu-{k}",
+                                                         "memory_limit": 0 if memory_limit is None else memory_limit}}
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": kwargs.pop("dashboard_address")}}
     # No work stealing: blocks are placed on their GPU on purpose (pbd.random, pbd.spmd), and a
     # stolen task moves its device inputs through the host.

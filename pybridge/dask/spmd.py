@@ -120,6 +120,8 @@ def spmd(fn: Callable[..., Any], *args: Any, comms: Any = None, client: Any = No
     import dask.array as da
     from distributed import default_client, futures_of
 
+    from .graph import array_from_graph
+
     client = client or (comms.client if comms is not None else default_client())
     chunked, size = _check_layout(args, comms.size if comms is not None else None, getattr(fn, "__name__", "spmd"))
     if comms is not None and not comms.initialized:
@@ -145,7 +147,7 @@ def spmd(fn: Callable[..., Any], *args: Any, comms: Any = None, client: Any = No
     out_dtype = np.dtype(dtype) if dtype is not None else first.dtype
     if meta is None:
         meta = da.utils.meta_from_array(first._meta, ndim=len(out_chunks), dtype=out_dtype)
-    return da.Array(futures, name, out_chunks, dtype=out_dtype, meta=meta)
+    return array_from_graph(futures, name, out_chunks, out_dtype, meta)
 
 
 # ---------------------------------------------------------------- halos

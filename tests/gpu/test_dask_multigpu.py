@@ -1,4 +1,4 @@
-"""pybridge.dask over 2 and 4 GPUs (issue 32): NCCL collectives between GPUs inside tasks, halo
+"""pybridge.dask over 2 and 4 GPUs: NCCL collectives between GPUs inside tasks, halo
 exchange GPU to GPU, blocks made on and kept on each GPU, the worker plugin, dask-cuda's
 LocalCUDACluster, and failures (one GPU out of memory, a worker killed mid-graph, a peer that
 never answers). Each test needs 2 or 4 GPUs and skips with the reason on fewer. The CPU versions of
