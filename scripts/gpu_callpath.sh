@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The compiled call path on ONE GPU, one device call (about 8 minutes on an H100; each step's time
-# limit is cut to what is left of BUDGET seconds, 520 by default):
+# limit is cut to what is left of BUDGET seconds, 500 by default):
 #   1. the extension built in place (the benchmarks and tests below import this checkout's
 #      pybridge), `pybridge info`'s call path line: which path every figure below is of;
 #   2. `pybridge bench overhead --backend cuda` and `pybridge bench exchange`: pybridge and the bare
@@ -21,7 +21,7 @@ export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE
 export PYBRIDGE_TEST_CACHE=${PYBRIDGE_TEST_CACHE:-$PYBRIDGE_CACHE}
 OUT=${OUT:-/tmp/callpath-out}
 mkdir -p "$OUT"
-BUDGET=${BUDGET:-520}
+BUDGET=${BUDGET:-500}
 step() { echo "== $1 (at ${SECONDS}s)"; }
 # limit WANTED: WANTED seconds, or what is left of the budget (at least 5)
 limit() { local left=$((BUDGET - SECONDS)); [ "$left" -lt "$1" ] && echo $((left > 5 ? left : 5)) || echo "$1"; }
