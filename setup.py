@@ -13,8 +13,14 @@ Futhark compiler into the per-user data folder (install-futhark.sh's default) un
 install fails saying why; PYBRIDGE_ALLOW_NO_LIBRARIES=1 installs without them (pybridge info then
 says so), PYBRIDGE_NO_MAKE=1 never runs make.
 
-A wheel that carries compiled libraries is tagged py3-none-<platform> (they are plain C/CUDA
-libraries loaded through cffi/ctypes, not CPython extensions, so any Python 3 of that platform).
+The compiled call path, pybridge/futhark/_callpath.c, is built as one extension against the stable
+ABI (Py_LIMITED_API 3.10, an .abi3.so that CPython 3.10 and later load). Its build may fail (no C
+compiler, no Python headers) without failing the install, as MarkupSafe's speedups do: pybridge
+then takes its pure-Python path, and `pybridge info` says so.
+
+A wheel that carries the extension is tagged cp310-abi3-<platform>; one that carries only compiled
+libraries (the extension failed) py3-none-<platform> (plain C/CUDA libraries loaded through
+cffi/ctypes, not CPython extensions, so any Python 3 of that platform).
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 try:
@@ -41,6 +48,13 @@ ARTEFACTS = ("*.so", "*.json", "*.h", "*.fut", "*.cubin", "*.ptx", "*.fatbin")
 SHIPPED_TEST_PROGRAMS = ("probe",)  # of build/reference: pybridge demo and pybridge bench run it
 # its generated C too: `pybridge bench overhead` builds futhark-ffi's module from it for the comparison
 SHIPPED_TEST_ARTEFACTS = ARTEFACTS + ("*.c",)
+LIMITED_API = "cp310"  # the oldest CPython the abi3 extension serves (pyproject.toml's requires-python)
+CALL_PATH = Extension(
+    "pybridge.futhark._callpath",
+    ["pybridge/futhark/_callpath.c"],
+    py_limited_api=True,  # named _callpath.abi3.so; the C defines Py_LIMITED_API 0x030A0000 itself
+    optional=True,  # a failed build warns and leaves the pure-Python path (build_ext_optional)
+)
 
 
 def _libraries(build: Path) -> list[Path]:
@@ -137,8 +151,35 @@ class build_py_with_artefacts(build_py):
         shutil.copy2(src, target)
 
 
+class build_ext_optional(build_ext):
+    """build_ext whose optional extension may fail to build, saying so in one block (setuptools'
+    own warning for ``optional=True`` is one line among many); ``built`` names what was built."""
+
+    built: list[str] = []
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as e:  # noqa: BLE001 - no compiler at all (setuptools raises before any extension)
+            self._warn(f"{type(e).__name__}: {e}")
+        for ext in self.extensions:
+            if Path(self.get_ext_fullpath(ext.name)).is_file():
+                build_ext_optional.built.append(ext.name)
+            else:
+                self._warn("see the compiler's message above")
+
+    @staticmethod
+    def _warn(why: str) -> None:
+        line = "=" * 74
+        print(f"{line}\nWARNING: pybridge's compiled call path (pybridge/futhark/_callpath.c) could not be built ({why}).\n"
+              "pybridge works without it, more slowly per call (`pybridge info` says which path is in use). To build it,\n"
+              f"install a C compiler and the Python headers (Debian: apt-get install gcc python3-dev) and reinstall.\n{line}",
+              file=sys.stderr)
+
+
 class bdist_wheel_platform(bdist_wheel):
-    """py3-none-<platform> when the wheel carries compiled libraries, py3-none-any otherwise."""
+    """cp310-abi3-<platform> when the wheel carries the abi3 extension, py3-none-<platform> when it
+    carries compiled libraries only, py3-none-any otherwise."""
 
     def finalize_options(self) -> None:
         if ensure_make_outputs():  # platlib, not purelib, and root_is_pure False
@@ -146,13 +187,16 @@ class bdist_wheel_platform(bdist_wheel):
         super().finalize_options()
 
     def get_tag(self) -> tuple[str, str, str]:
-        python, abi, plat = super().get_tag()
+        python, abi, plat = super().get_tag()  # called after the build (the wheel's name)
+        if CALL_PATH.name in build_ext_optional.built and python.startswith("cp3"):
+            return LIMITED_API, "abi3", plat
         if not self.root_is_pure:
             return "py3", "none", plat
         return python, abi, plat
 
 
 setup(
-    cmdclass={"build_py": build_py_with_artefacts, "bdist_wheel": bdist_wheel_platform},
+    ext_modules=[CALL_PATH],
+    cmdclass={"build_py": build_py_with_artefacts, "build_ext": build_ext_optional, "bdist_wheel": bdist_wheel_platform},
     options={"build": {"build_base": "build/setuptools"}},
 )

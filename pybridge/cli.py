@@ -98,6 +98,7 @@ def _tool_version(exe: str, last: bool = False) -> str:
 
 def cmd_info(_: argparse.Namespace) -> int:
     from .executables import configured
+    from .futhark.callpath import DESCRIPTION as call_path
     from .toolchain import find_futhark, not_found_reason
 
     fut = find_futhark()
@@ -106,6 +107,7 @@ def cmd_info(_: argparse.Namespace) -> int:
     rows = [
         ("pybridge", f"{version()} ({Path(__file__).parent})"),
         ("python", sys.version.split()[0]),
+        ("call path", call_path),
         ("futhark compiler", f"{_tool_version(fut.path)} ({fut.path}; from {fut.origin})" if fut else
          f"not found ({not_found_reason()}): run `pybridge install-futhark`, or see https://futhark-lang.org/releases/ "
          "(or FUTHARK=...)"),

@@ -60,6 +60,7 @@ __all__ = [
     "current_context",
     "restore_current_context",
     "stream_synchronize",
+    "torch_plain",
     "wait_for_producer",
 ]
 
@@ -471,9 +472,34 @@ def export_dlpack(
     return _export_keyed(key, owner)
 
 
+_compiled: Any = None  # pybridge.futhark._callpath (False without it), looked up at the first export
+_dl_codes: dict[Any, tuple[int, int]] = {}  # dtype (or its typestr) -> (DLPack type code, bits)
+
+
+def _compiled_path() -> Any:
+    """pybridge.futhark._callpath where the compiled call path is in use, else False; looked up
+    at the first export (pybridge.futhark imports this module), when it is also given what its
+    ``ArrayBase.__dlpack__`` reads."""
+    global _compiled
+    if _compiled is None:
+        from .futhark.callpath import compiled
+
+        if compiled is not None:
+            compiled.configure_dlpack(_futhark_exports, futhark_dlpack)
+        _compiled = compiled or False
+    return _compiled
+
+
 def _export_keyed(key: tuple[Any, ...], owner: Any) -> Any:
     """:func:`export_dlpack` for a key of exact types (int pointer, tuples, ...): callers that have
-    them already (Futhark handles) skip the normalisation."""
+    them already (Futhark handles) skip the normalisation. C-ordered exports are made by the
+    compiled call path where it is in use (the same capsule, built in C)."""
+    if _compiled_path() and key[3] is None:
+        code = _dl_codes.get(key[2])
+        if code is None:
+            dt = _dl_dtype(np.dtype(key[2]))  # BufferError for a dtype DLPack lacks
+            code = _dl_codes[key[2]] = (int(dt.code), int(dt.bits))
+        return _compiled.dlpack_capsule(key[0], key[1], code[0], code[1], key[4], key[5], key[6], key[7], owner)
     entry = _templates.get(key)
     if entry is None:
         entry = _dlpack_template(key[0], key[1], np.dtype(key[2]), key[3], *key[4:])
@@ -495,7 +521,8 @@ def _export_keyed(key: tuple[Any, ...], owner: Any) -> Any:
 def exports_alive() -> int:
     """Exported tensors not yet released by their consumer (for leak tests)."""
     with _exports_lock:
-        return len(_exports)
+        alive = len(_exports)
+    return alive + (_compiled.dlpack_exports_alive() if _compiled else 0)
 
 
 class DLPackOwner:
@@ -614,7 +641,9 @@ def restore_current_context(previous: int) -> None:
 
 # Per exported handle, what cannot change while it lives: (pointer, shape, typestr, device, stream).
 # Keyed by id() with a weak reference that drops the entry when the handle dies (no id reuse).
-_futhark_exports: dict[int, tuple[Any, tuple[int, tuple[int, ...], str, int, int | None]]] = {}
+# The third item: the export in the form _callpath.ArrayBase.__dlpack__ reads (None without the
+# compiled path, or for a dtype DLPack lacks): see _c_export.
+_futhark_exports: dict[int, tuple[Any, tuple[int, tuple[int, ...], str, int, int | None], Any]] = {}
 
 
 def _pointer_device(ptr: int) -> int:
@@ -663,8 +692,32 @@ def _futhark_export(handle: Any, dlpack: bool = False) -> tuple[int, tuple[int, 
             handle._ctx.sync()
     device = (_pointer_device(ptr) if ptr else 0) if backend == "cuda" else -1  # -1: host memory
     state = (ptr, handle.shape, handle.dtype.str, device, stream)
-    _futhark_exports[key] = (weakref.ref(handle, lambda _r, k=key: _futhark_exports.pop(k, None)), state)
+    _futhark_exports[key] = (weakref.ref(handle, lambda _r, k=key: _futhark_exports.pop(k, None)), state,
+                             _c_export(handle, state))
     return state
+
+
+def _c_export(handle: Any, state: tuple[int, tuple[int, ...], str, int, int | None]) -> Any:
+    """What ``_callpath.ArrayBase.__dlpack__`` needs to export ``handle`` again without this
+    module: (pointer, shape, DLPack type code, bits, device type, device id, Futhark's stream or
+    None, (cuEventRecord, cuStreamWaitEvent, event, Futhark's stream) addresses for the ordering
+    or None). None where the compiled path is not in use or cannot order as futhark_dlpack does."""
+    if not _compiled_path():
+        return None
+    ptr, shape, typestr, device, stream = state
+    try:
+        dt = _dl_dtype(np.dtype(typestr))
+    except BufferError:  # futhark_dlpack raises it, every time
+        return None
+    order = None
+    if stream is not None:
+        fs = handle._ctx._gpu_stream
+        in_c = getattr(fs.slot, "_in_c", None) if fs is not None else None
+        if in_c is None:
+            return None
+        order = (in_c[1], in_c[2], fs.slot.ev, fs.stream)
+    where = (KDLCPU, 0) if device < 0 else (KDLCUDA, device)
+    return (ptr, shape, int(dt.code), int(dt.bits), where[0], where[1], stream, order)
 
 
 def futhark_cai(handle: Any) -> dict[str, Any]:
@@ -717,11 +770,10 @@ def futhark_view_of(obj: Any, dtype: np.dtype, rank: int,
     ordered after its producer: Futhark's stream (``into``) waits on the device for the producer's
     stream, or without ``into`` the host waits for it. ``plain``: the shape has ``rank``
     non-negative exact ints (the :func:`plain_cai` form)."""
-    if type(obj).__module__ == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
-        view = _torch_view(obj, dtype, rank)
-        if view is not None:
-            _order_after_producer(obj, {"version": 2}, None, into)
-            return view[0], view[1], True
+    view = _torch_view(obj, dtype, rank)
+    if view is not None:
+        _order_after_producer(obj, {"version": 2}, None, into)
+        return view[0], view[1], True
     try:
         cai = obj.__cuda_array_interface__  # read once: some producers (PyTorch) build it in Python
     except AttributeError:
@@ -753,20 +805,34 @@ def _order_after_producer(obj: Any, cai: Any, stream: int | None, into: FutharkS
 _torch_dtypes: dict[Any, np.dtype] = {}
 
 
-def _torch_view(t: Any, dtype: np.dtype, rank: int) -> tuple[int, tuple[int, ...]] | None:
-    """(pointer, shape) of a plain PyTorch CUDA tensor of ``dtype`` and ``rank`` (contiguous, no
-    grad, no lazy conjugate or negation), read directly: what its CAI says, without the dictionary
-    PyTorch builds in Python for it. None for anything else (the CAI path decides and explains)."""
+def torch_plain(t: Any) -> tuple[int, tuple[int, ...], np.dtype] | None:
+    """(pointer, shape, dtype) of a plain PyTorch CUDA tensor (an exact ``torch.Tensor`` or
+    ``Parameter``: contiguous, no grad, not sparse, no lazy conjugate or negation, a NumPy dtype),
+    read directly: what its CAI says (pointer 0 when empty), without the dictionary PyTorch builds
+    in Python for it, twice as dear as the rest of an exchange. None for anything else (the CAI
+    path decides and explains)."""
+    if type(t).__module__ != "torch" or type(t).__name__ not in ("Tensor", "Parameter"):
+        return None
     if not _torch_dtypes:
         import torch
 
         for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"):
             _torch_dtypes[getattr(torch, name)] = np.dtype(name)
-    if _torch_dtypes.get(t.dtype) != dtype or t.dim() != rank or not t.is_cuda or t.requires_grad:
+    dtype = _torch_dtypes.get(t.dtype)
+    if dtype is None or not t.is_cuda or t.requires_grad or t.is_sparse:
         return None
     if not t.is_contiguous() or t.is_conj() or t.is_neg():
         return None
-    return t.data_ptr(), tuple(t.shape)
+    shape = tuple(t.shape)
+    return (t.data_ptr() if t.numel() else 0), shape, dtype
+
+
+def _torch_view(t: Any, dtype: np.dtype, rank: int) -> tuple[int, tuple[int, ...]] | None:
+    """(pointer, shape) of a :func:`torch_plain` tensor of ``dtype`` and ``rank``, else None."""
+    plain = torch_plain(t)
+    if plain is None or plain[2] != dtype or len(plain[1]) != rank:
+        return None
+    return plain[0], plain[1]
 
 
 def _torch_stream(obj: Any) -> int | None:

@@ -20,6 +20,7 @@ pybridge.cuda use this.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from .cudriver import CudaCallError, driver, ffi
 from .cudriver import check as _check
@@ -41,10 +42,11 @@ class EventSlot:
     """One event of one CUDA context. Record and wait happen under the slot's lock: another
     thread's record in between would make the wait wait for that thread's work instead."""
 
-    __slots__ = ("ctx", "ev", "_lock", "_cu")
+    __slots__ = ("ctx", "ev", "_lock", "_cu", "_in_c")
 
     def __init__(self, ctx: int):
         cu = self._cu = driver()  # kept: try_order runs once per exchange
+        self._in_c = _compiled_order()
         self.ctx = ctx
         out = ffi().new("uintptr_t *")
         self._lock = threading.Lock()
@@ -62,6 +64,14 @@ class EventSlot:
     def try_order(self, waiter: int, producer: int) -> int:
         """:meth:`order`, returning cuEventRecord's error code instead of raising it (400 when
         ``producer`` is a stream of another context)."""
+        in_c = self._in_c
+        if in_c is not None:  # the compiled path: both calls in C, the GIL held between them
+            rc = in_c[0](in_c[1], in_c[2], self.ev, waiter, producer)
+            if rc == 0:
+                return 0
+            if rc[0] == 0:
+                _check(rc[1], "cuStreamWaitEvent")
+            return int(rc[0])
         cu = self._cu
         with self._lock:
             rc = cu.cuEventRecord(self.ev, producer)
@@ -74,6 +84,18 @@ class EventSlot:
         if self.ev:
             driver().cuEventDestroy_v2(self.ev)
             self.ev = 0
+
+
+def _compiled_order() -> tuple[Any, int, int] | None:
+    """(order_streams, address of cuEventRecord, of cuStreamWaitEvent) where the compiled call
+    path is in use (pybridge.futhark._callpath: the two calls without a Python frame between
+    them), else None."""
+    from .futhark.callpath import compiled  # here: only once a slot is made (pybridge.futhark imports this module)
+
+    if compiled is None:
+        return None
+    cu, f = driver(), ffi()
+    return compiled.order_streams, int(f.cast("uintptr_t", cu.cuEventRecord)), int(f.cast("uintptr_t", cu.cuStreamWaitEvent))
 
 
 def stream_context(stream: int) -> int:

@@ -19,6 +19,14 @@ if [ -d .carry-gen/gen-cuda ]; then
   echo "rc=$? $(tail -1 "$OUT/gen-cuda.log")"
   grep -E "^(FAILED|ERROR)|Segmentation|Fatal|entry points" "$OUT/gen-cuda.log" | cut -c1-220 | head -12
 fi
+if [ -d .carry-gen/gen-cuda ]; then
+  echo "== compiled vs Python call path, cuda (generated program 0, lifecycle machine on the probe)"
+  python3 -c "from pybridge.futhark import callpath; print('call path:', callpath.DESCRIPTION)"
+  PYBRIDGE_GEN_PREBUILT=$PWD/.carry-gen/gen-cuda PYBRIDGE_GEN_PROFILE=cuda \
+    timeout ${CALLPATH_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -rs tests/test_call_path_differential.py -k cuda > "$OUT/callpath-cuda.log" 2>&1
+  echo "rc=$? $(tail -1 "$OUT/callpath-cuda.log")"
+  grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/callpath-cuda.log" | cut -c1-220 | head -8
+fi
 if [ -d .carry-gen/aliasing ] && [ -z "${SKIP_LIFECYCLE:-}" ]; then
   echo "== lifecycle machine on cuda (aliasing program, crash-detecting runner)"
   python3 -c "from pybridge.futhark.build import compile_library as c; c('.carry-gen/aliasing/aliasing.c', 'cuda', '.carry-gen/aliasing/libaliasing.so')" \

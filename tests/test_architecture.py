@@ -29,6 +29,10 @@ def _modules() -> dict[str, Path]:
         if parts[-1] == "__init__":
             parts.pop()
         found[".".join(parts)] = path
+    # Compiled extensions (pybridge/futhark/_callpath.c): modules too, which import no pybridge module.
+    for path in PACKAGE_DIR.rglob("*.c"):
+        if "PyInit_" in path.read_text():
+            found[".".join(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)] = path
     return found
 
 
@@ -37,6 +41,8 @@ def import_graph() -> dict[str, set[str]]:
     modules = _modules()
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
+        if path.suffix == ".c":
+            continue
         is_package = path.name == "__init__.py"
         for node in ast.walk(ast.parse(path.read_text())):
             targets: list[str] = []

@@ -37,3 +37,34 @@ def test_dask_rows_name_the_floor_and_judge_both_targets():
 def test_dask_rows_absent_say_how_to_measure_them():
     line = _line(report.target_lines([]), "≥ 0.8 of one direct call")
     assert "not measured here (pybridge bench scaling --gpus 1)" in line and "| – |" in line
+
+
+def test_call_path_table_judges_each_row_against_the_same_run():
+    """`pybridge bench report --call-path`: ratios to the bare call of the same rows, exchange rows
+    against 2 µs with the driver's and the other library's part beside them, program summaries."""
+    from pybridge.bench import exchange as ex
+    from pybridge.bench import overhead as ov
+
+    fut = "exchange: Futhark handle"
+    rows = [
+        {"benchmark": "futhark-call (cuda)", "impl": ov.FUT_DEFAULT, "size": None, "median_us": 1.8},
+        {"benchmark": "futhark-call (cuda)", "impl": ov.FUT_CFFI_API, "size": None, "median_us": 1.6},
+        {"benchmark": "futhark-array-call (cuda)", "impl": "pybridge lib.saxpy(a, hx, hy).free()", "size": 1, "median_us": 9.0},
+        {"benchmark": "futhark-array-call (cuda)", "impl": "bare cffi entry + free", "size": 1, "median_us": 5.0},
+        {"benchmark": fut, "impl": f"{ex.PYBRIDGE_SIDE}: h.__dlpack__() (capsule dropped)", "size": 1, "median_us": 3.0},
+        {"benchmark": fut, "impl": ex.DRIVER_PAIR, "size": 1, "median_us": 1.5},
+        {"benchmark": fut, "impl": f"{ex.PYBRIDGE_SIDE}: from_cuda(cupy).free()", "size": 1, "median_us": 1.9},
+        {"benchmark": "exchange: pybridge.cuda DeviceArray", "impl": f"{ex.PYBRIDGE_SIDE}: cuda.as_device_array(torch)",
+         "size": 1, "median_us": 4.0},
+        {"benchmark": "futhark-programs summary (c)", "impl": "pybridge - bare cffi µs, calls < 1 ms: median", "size": 9,
+         "median_us": None, "value": 0.8, "target": 1.0, "met": True},
+    ]
+    lines = report.call_path_lines(rows)
+    assert "| 1.12x | ≤ 1.2x | yes |" in _line(lines, "cuda scalar entry")
+    assert "| 1.80x | ≤ 1.2x | **no** |" in _line(lines, "cuda array entry")
+    dl = _line(lines, "h.__dlpack__()")
+    assert "cuEventRecord + cuStreamWaitEvent (bare cffi) 1.50 µs" in dl and "pybridge's own part only" in dl
+    assert _line(lines, "from_cuda(cupy)").endswith("| yes |")
+    assert _line(lines, "as_device_array(torch)").endswith("| **no** |")
+    assert "| 0.800 |" in _line(lines, "real programs on c: pybridge − bare µs, calls < 1 ms, median")
+    assert "not measured" in _line(lines, "real programs on cuda: pybridge / executable, worst")

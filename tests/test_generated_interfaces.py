@@ -327,6 +327,29 @@ def emit(out: Path, backend: str) -> None:
     print(f"{len(entries)} entry points in {PROFILE.programs} programs for {backend} (seed {SEED}) in {out}")
 
 
+def build_generated(chunk: list[g.Entry], k: int, backend: str, tmp_path: Path) -> Path:
+    """The library of program ``k`` (``chunk``): compiled from the source, or from the C that
+    ``emit`` wrote (PYBRIDGE_GEN_PREBUILT)."""
+    src = tmp_path / f"gen{k}.fut"
+    src.write_text(g.program(chunk))
+    if not PREBUILT:
+        return build_program(src, backend=backend, out_dir=tmp_path / f"{backend}{k}")
+    prebuilt = Path(PREBUILT) / f"gen{k}"
+    (tmp_path / f"{backend}{k}").mkdir()
+    so = tmp_path / f"{backend}{k}" / f"libgen{k}.so"
+    for ext in (".c", ".h", ".json"):
+        shutil.copy(prebuilt.with_suffix(ext), so.with_name(f"gen{k}{ext}"))
+    assert json.loads(so.with_name(f"gen{k}.json").read_text())["backend"] == backend, f"{prebuilt}.json is not for {backend}"
+    compile_library(so.with_name(f"gen{k}.c"), backend, so)
+    return so
+
+
+def prebuilt_entries() -> tuple[Profile, int, list[g.Entry]]:
+    """(profile, seed, entry points) of PYBRIDGE_GEN_PREBUILT's ``emit`` run."""
+    sizes, seed_, entries = pickle.loads((Path(PREBUILT) / "entries.pkl").read_bytes())
+    return Profile(*sizes), seed_, entries
+
+
 def _needs_compiler() -> Any:
     return pytest.mark.skipif(futhark_compiler() is None and not PREBUILT,
                               reason="the Futhark compiler is not installed (scripts/install-futhark.sh)")
@@ -337,8 +360,7 @@ def _needs_compiler() -> Any:
 def test_generated_interfaces_round_trip(backend, tmp_path, capsys):
     t0 = time.perf_counter()
     if PREBUILT:
-        sizes, seed_, entries = pickle.loads((Path(PREBUILT) / "entries.pkl").read_bytes())
-        profile = Profile(*sizes)
+        profile, seed_, entries = prebuilt_entries()
     else:
         profile, seed_, entries = PROFILE, SEED, collect_entries(PROFILE.programs * PROFILE.entries, SEED)
     counts: Counter = Counter()
@@ -346,18 +368,8 @@ def test_generated_interfaces_round_trip(backend, tmp_path, capsys):
     for k in range(profile.programs):
         chunk = entries[k * profile.entries:(k + 1) * profile.entries]
         src = tmp_path / f"gen{k}.fut"
-        src.write_text(g.program(chunk))
         t = time.perf_counter()
-        if PREBUILT:
-            prebuilt = Path(PREBUILT) / f"gen{k}"
-            (tmp_path / f"{backend}{k}").mkdir()
-            so = tmp_path / f"{backend}{k}" / f"libgen{k}.so"
-            for ext in (".c", ".h", ".json"):
-                shutil.copy(prebuilt.with_suffix(ext), so.with_name(f"gen{k}{ext}"))
-            assert json.loads(so.with_name(f"gen{k}.json").read_text())["backend"] == backend, f"{prebuilt}.json is not for {backend}"
-            compile_library(so.with_name(f"gen{k}.c"), backend, so)
-        else:
-            so = build_program(src, backend=backend, out_dir=tmp_path / f"{backend}{k}")
+        so = build_generated(chunk, k, backend, tmp_path)
         compile_s += time.perf_counter() - t
         with pf.load(so, backend=backend) as lib:
             for j, e in enumerate(chunk):

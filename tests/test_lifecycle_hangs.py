@@ -121,3 +121,97 @@ def test_the_runner_reports_a_hung_batch_with_its_stacks_and_seed(tmp_path: Path
     (crash,) = summary["crashes"]
     assert crash["status"] == 1 and crash["seed"] == 40, crash
     assert crash["output"].startswith("Timeout (0:00:01)!") and "hung_here" in crash["output"], crash
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pybridge.testing.alarm needs Linux's POSIX timers")
+def test_an_alarm_handled_in_a_tracer_lands_in_the_code_under_test() -> None:
+    """Hypothesis traces a test that failed (sys.settrace before Python 3.12), and a signal handled
+    in its trace function at a ``try:`` line raised KeyboardInterrupt past every handler of the
+    traced frame: a lifecycle child died of SIGINT there, hiding the failure being explained. The
+    alarm's handler now sends the interrupt again a few µs later, so it lands in the traced code
+    and the rule's own ``except KeyboardInterrupt`` catches it; without a tracer it raises at once."""
+    status, out, _ = _child("""
+        import signal, sys
+        from pybridge.testing.alarm import Alarm
+
+        alarm = Alarm()
+        signal.signal(signal.SIGALRM, alarm.handler)
+
+        def region():
+            try:
+                alarm.arm(10**6)  # far away: the tracer sends the signal itself
+                try:
+                    sum([i for i in range(10000)])
+                finally:
+                    alarm.disarm()
+            except KeyboardInterrupt:
+                return "caught"
+            return "ran through"
+
+        INNER_TRY = region.__code__.co_firstlineno + 3
+
+        def tracer(frame, event, arg):
+            if frame.f_code is region.__code__:
+                if event == "line" and frame.f_lineno == INNER_TRY:
+                    signal.raise_signal(signal.SIGALRM)  # handled at the end of this call: in the tracer
+                return tracer
+            return None
+
+        for traced in (True, False):
+            sys.settrace(tracer if traced else None)
+            try:
+                got = region() if traced else (signal.raise_signal(signal.SIGALRM), "no raise")[1]
+            except KeyboardInterrupt:
+                got = "escaped" if traced else "raised"
+            finally:
+                sys.settrace(None)
+            print(traced, got)
+    """)
+    assert status == 0, out[-3000:]
+    assert "True caught" in out and "False raised" in out, out[-3000:]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pybridge.testing.alarm needs Linux's POSIX timers")
+def test_an_alarm_handled_in_a_tracer_after_disarm_is_dropped() -> None:
+    """A signal handled in a trace function once ``disarm()`` began (the alarm no longer armed)
+    comes after the guarded call: raised there it would escape the region that guards it (into
+    Hypothesis's code), so it is dropped, as Python drops one that comes in a finaliser. Outside a
+    tracer it still raises at once."""
+    status, out, _ = _child("""
+        import signal, sys
+        from pybridge.testing.alarm import Alarm
+
+        alarm = Alarm()
+        signal.signal(signal.SIGALRM, alarm.handler)
+        alarm.arm(10**6)
+        alarm.disarm()
+
+        def after_the_call():
+            total = 0
+            for i in range(3):
+                total += i
+            return "ran through"
+
+        def tracer(frame, event, arg):
+            if frame.f_code is after_the_call.__code__:
+                if event == "line":
+                    signal.raise_signal(signal.SIGALRM)  # handled at the end of this call: in the tracer
+                return tracer
+            return None
+
+        sys.settrace(tracer)
+        try:
+            got = after_the_call()
+        except KeyboardInterrupt:
+            got = "escaped"
+        finally:
+            sys.settrace(None)
+        print("traced", got)
+        try:
+            signal.raise_signal(signal.SIGALRM)
+            print("untraced no raise")
+        except KeyboardInterrupt:
+            print("untraced raised")
+    """)
+    assert status == 0, out[-3000:]
+    assert "traced ran through" in out and "untraced raised" in out, out[-3000:]

@@ -407,8 +407,9 @@ def test_the_wheel_is_platform_tagged_and_never_carries_a_stale_library(tmp_path
     machine = {str(tree), str(ROOT), os.path.realpath(ROOT), *([str(Path(compiler).parent)] if compiler else [])}
     assert _build_machine_paths(first, *machine) == []
     assert ("pybridge/_build/cuda/saxpy.ptx" in first.namelist()) == bool(nvcc and MAKE)
-    assert Path(first.filename).name.endswith("-py3-none-linux_x86_64.whl") or "-py3-none-" in Path(first.filename).name
-    assert not Path(first.filename).name.endswith("-any.whl")
+    # The compiled call path built (CI requires it): one abi3 wheel for CPython 3.10 and later.
+    assert Path(first.filename).name.endswith("-cp310-abi3-linux_x86_64.whl"), first.filename
+    assert "pybridge/futhark/_callpath.abi3.so" in first.namelist()
     assert "pybridge/_build/futhark/c/libdot.so" in first.namelist()
     assert "pybridge/_scripts/install-futhark.sh" in first.namelist()
     assert not [n for n in first.namelist() if ".data/purelib/" in n]  # installed into platlib

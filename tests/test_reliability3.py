@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 import pybridge.futhark as pf
+from pybridge.futhark import callpath
 from pybridge.futhark.build import futhark_compiler
 from pybridge.ownership import TEMP_PREFIX
 
@@ -38,6 +39,11 @@ pytestmark = [
 
 def backends(*names: str) -> list:
     return [pytest.param(b, marks=[pytest.mark.gpu] if b == "cuda" else [], id=b) for b in names]
+
+
+# Both call paths where the compiled one is built ("" takes the default: the compiled path).
+CALL_PATHS = [pytest.param("", id="default"), pytest.param("python", id="python")] if callpath.compiled is not None \
+    else [pytest.param("python", id="python")]
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -263,10 +269,10 @@ def test_an_interrupted_build_leaves_no_folder(tmp_path: Path) -> None:
 INTERRUPTS = Path(__file__).with_name("interrupt_scenarios.py")
 
 
-def interrupt_scenario(name: str, backend: str, **params: int) -> dict:
+def interrupt_scenario(name: str, backend: str, env: dict[str, str] | None = None, **params: int) -> dict:
     args = [sys.executable, str(INTERRUPTS), name, backend, *(f"{k}={v}" for k, v in params.items())]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=ROOT,
-                          env=child_env())
+                          env=child_env(**(env or {})))
     out = proc.stdout + proc.stderr
     if proc.returncode < 0:
         pytest.fail(f"{name}: the process died of {signal.Signals(-proc.returncode).name}\n{out[-3000:]}")
@@ -365,7 +371,10 @@ def test_ctrl_c_at_every_check_point(backend: str, mode: str) -> None:
     message reported by the next failure."""
     r = interrupt_scenario("checkpoints", backend, mode=mode)
     assert r["problems"] == [], r["problems"][:20]
-    assert sum(r["points"].values()) > (1000 if mode == "api" else 900), r["points"]
+    # The compiled call path (issue 34) has fewer check points: its plans, free and finaliser run
+    # no Python code (864 in API mode, 869 in ABI mode when it came in, against 1000+ and 900+).
+    floor = 800 if callpath.compiled is not None else 1000 if mode == "api" else 900
+    assert sum(r["points"].values()) > floor, r["points"]
 
 
 @pytest.mark.parametrize("mode", ["api", "abi"])
@@ -395,15 +404,18 @@ def test_memory_after_many_interrupted_calls_comes_back(backend: str) -> None:
     assert r["malloc_growth"] < 1 << 20 and r["rss_growth"] < 4 << 20, r
 
 
+@pytest.mark.parametrize("path", CALL_PATHS)
 @pytest.mark.parametrize("backend", backends("c", "multicore"))
-def test_a_value_whose_handle_lost_its_finaliser_is_freed_when_its_key_is_reused(backend: str) -> None:
+def test_a_value_whose_handle_lost_its_finaliser_is_freed_when_its_key_is_reused(backend: str, path: str) -> None:
     """A Ctrl-C at the first instruction of a live handle's __del__ makes Python skip the body,
     which leaves the value registered under the dead handle's id; a new handle at that address
     (new(), a call plan's result, a general-path result, a record result) frees it before taking
     the key. Found by 12,000 interrupted calls on multicore (2 such values of 1.2 and 3.2 MB, one
     the address had already been reused for: a 6 MB rise after clear_caches and malloc_trim); before
-    context.py's free_orphan, every case here left its 1-2 MB allocated for good."""
-    r = interrupt_scenario("orphan", backend)
+    context.py's free_orphan, every case here left its 1-2 MB allocated for good. On the compiled
+    path the finaliser is C (an interrupt in each of its lock waits leaves the same state) and a
+    plan's result frees the orphan in C (_callpath.c, free_orphan)."""
+    r = interrupt_scenario("orphan", backend, env={callpath.ENV: path})
     assert r["usable"], r
     for how, case in r["cases"].items():
         assert case["orphaned"] == 1 and case["reused"] and case["live"] == 0, (how, case)

@@ -81,6 +81,8 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
                    help="files written by --json (rows are merged in order)")
     r.add_argument("--command", metavar="TEXT",
                    help="the command that made the runs, for BENCHMARKS.md's header (default: the first file's)")
+    r.add_argument("--call-path", action="store_true",
+                   help="print only the call path's table: each figure beside the bare call of the same run, and its target")
     outputs(r)
     r.set_defaults(modules=[])
     return p
@@ -104,6 +106,9 @@ def run(ns: argparse.Namespace, argv: Sequence[str]) -> int:
         except (OSError, ValueError) as e:
             print(f"pybridge bench report: {e}", file=sys.stderr)
             return 2
+        if ns.call_path:
+            print("\n".join(report.call_path_lines(rows)))
+            return 0
     for name in ns.modules:
         mod, why = _module(name)
         if mod is None:

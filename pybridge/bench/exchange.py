@@ -26,8 +26,11 @@ from .timing import Progress, measure
 
 HELP = "zero-copy exchange with CuPy / PyTorch / numba (CAI, DLPack) vs the copying path"
 
-# impl names used by the targets in report.py (pybridge's side of each exchange)
+# impl names used by the targets in report.py (pybridge's side of each exchange, and references)
 PYBRIDGE_SIDE = "pybridge side"
+DRIVER_PAIR = "reference: cuEventRecord + cuStreamWaitEvent (bare cffi)"
+CUPY_CAI = "reference: CuPy's own c.__cuda_array_interface__"
+NEW_RAW_FREE = "reference: Futhark's new_raw + free alone (bare cffi)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -81,13 +84,16 @@ def futhark_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
     # What Futhark's own C functions cost for a wrap + free (part of from_cuda, not pybridge's side).
     new_raw, free, ctx = lib.lib.futhark_new_raw_f32_1d, lib.lib.futhark_free_f32_1d, lib.context.ptr
     ptr = h.data_pointer()
-    rows.append(_side(b, "reference: Futhark's new_raw + free alone (bare cffi)", n,
+    rows.append(_side(b, NEW_RAW_FREE, n,
                       lambda: free(ctx, new_raw(ctx, ptr, n)), calls, repeat, note="inside from_cuda(...).free()"))
+    rows += driver_rows(b, lib, n, calls, repeat)
     cp, cwhy = optional("cupy")
     torch, twhy = optional("torch")
     nb, nwhy = optional("numba.cuda")
     if cp is not None:
         c = cp.asarray(x)
+        rows.append(_side(b, CUPY_CAI, n, lambda: c.__cuda_array_interface__, calls, repeat,
+                          note="inside from_cuda(cupy)"))
         rows.append(_side(b, "to CuPy: cupy.asarray(h)", n, lambda: cp.asarray(h), calls, repeat))
         rows.append(_side(b, "to CuPy: cupy.from_dlpack(h)", n, lambda: cp.from_dlpack(h), calls, repeat))
         rows.append(_side(b, f"{PYBRIDGE_SIDE}: from_cuda(cupy).free()", n, lambda: t.from_cuda(c).free(), calls, repeat))
@@ -120,6 +126,26 @@ def futhark_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
     return rows
 
 
+def driver_rows(b: str, lib: Any, n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
+    """The driver's part of an ordered exchange, bare: the event record on Futhark's stream and
+    the legacy stream's wait for it (what ``h.__dlpack__(stream=1)`` and ``from_cuda`` make)."""
+    from .. import cudriver
+    from ..futhark.gpustream import futhark_stream
+
+    fs = futhark_stream(lib)
+    if fs is None:
+        return [skipped(b, DRIVER_PAIR, "the library has no stream accessors (no ordering to time)", n)]
+    cu, ev, stream = cudriver.driver(), fs.slot.ev, fs.stream
+
+    def pair() -> tuple[int, int]:
+        return cu.cuEventRecord(ev, stream), cu.cuStreamWaitEvent(1, ev, 0)
+
+    codes = pair()
+    if codes != (0, 0):  # timing calls that fail would time nothing real
+        return [skipped(b, DRIVER_PAIR, f"cuEventRecord / cuStreamWaitEvent returned {codes}", n)]
+    return [_side(b, DRIVER_PAIR, n, pair, calls, repeat, note="libcuda through cffi, no pybridge code")]
+
+
 def cuda_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
     b = "exchange: pybridge.cuda DeviceArray"
     ok, why = pycuda_status()
@@ -136,6 +162,8 @@ def cuda_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
     torch, twhy = optional("torch")
     if cp is not None:
         c = cp.asarray(x)
+        rows.append(_side(b, CUPY_CAI, n, lambda: c.__cuda_array_interface__, calls, repeat,
+                          note="inside cuda.as_device_array(cupy)"))
         rows.append(_side(b, "to CuPy: cupy.asarray(x)", n, lambda: cp.asarray(x), calls, repeat))
         rows.append(_side(b, f"{PYBRIDGE_SIDE}: cuda.as_device_array(cupy)", n, lambda: cuda.as_device_array(c), calls, repeat))
     else:

@@ -279,6 +279,91 @@ TARGETS: list[Target] = [
 ]
 
 
+# ------------------------------------------------------------------ the call path table
+
+# (path, (benchmark prefix, impl) of pybridge's figure, (benchmark prefix, impl) of the bare call of
+# the same run or None, target: ("ratio", bound) to the bare call or ("µs", bound) on pybridge's side)
+CALL_PATH_CALLS = [
+    ("cuda scalar entry, with the sync it needs", ("futhark-call (cuda)", ov.FUT_DEFAULT),
+     ("futhark-call (cuda)", ov.FUT_CFFI_API), ("ratio", 1.2)),
+    ("cuda array entry on resident handles, result freed", ("futhark-array-call (cuda)", "pybridge lib.saxpy(a, hx, hy).free()"),
+     ("futhark-array-call (cuda)", "bare cffi entry + free"), ("ratio", 1.2)),
+]
+# pybridge's side of an exchange (exchange.py's rows) -> the rows of the same run that time the
+# driver's and the other library's part of it (what pybridge cannot remove).
+EXCHANGE_REFERENCES = {
+    "h.__dlpack__() (capsule dropped)": (ex.DRIVER_PAIR,),
+    "from_cuda(cupy).free()": (ex.NEW_RAW_FREE, ex.CUPY_CAI, ex.DRIVER_PAIR),
+    "from_cuda(torch).free()": (ex.NEW_RAW_FREE, ex.DRIVER_PAIR),
+    "cuda.as_device_array(cupy)": (ex.CUPY_CAI,),
+}
+EXCHANGE_TARGET_US = 2.0
+# (path, backend, summary impl of `pybridge bench programs`, its reference impl or None)
+CALL_PATH_PROGRAMS = [
+    ("real programs on cuda: pybridge / executable, median", "cuda", "ratio, all pairs: median",
+     "bare cffi / executable, all pairs: median"),
+    ("real programs on cuda: pybridge / executable, worst", "cuda", "ratio, all pairs: worst", None),
+    ("real programs on c: pybridge − bare µs, calls < 1 ms, median", "c", "pybridge - bare cffi µs, calls < 1 ms: median", None),
+    ("real programs on c: pybridge − bare µs, calls < 1 ms, worst", "c", "pybridge - bare cffi µs, calls < 1 ms: worst", None),
+]
+
+
+def _summary(rows: list[dict[str, Any]], backend: str, impl: str) -> dict[str, Any] | None:
+    for r in rows:
+        if r["benchmark"].endswith(f"summary ({backend})") and r["impl"] == impl and r.get("value") is not None:
+            return r
+    return None
+
+
+def call_path_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The call path's figures, each beside the bare call (or the driver's and other library's
+    part) measured in the same run, and its target: a Markdown table."""
+    out = ["| path | pybridge | bare / references, same run | ratio or pybridge's own part | target | met |",
+           "|---|---|---|---|---|---|"]
+    for path, mine, bare, (kind, bound) in CALL_PATH_CALLS:
+        got, ref = _find(rows, *mine), (_find(rows, *bare) if bare else None)
+        if got is None:
+            out.append(f"| {path} | not measured | | | ≤ {bound}{'x' if kind == 'ratio' else ' µs'} | – |")
+            continue
+        ratio = got / ref if ref else None
+        met = (ratio <= bound) if ratio is not None else None
+        out.append(f"| {path} | {got:.2f} µs | {'–' if ref is None else f'{ref:.2f} µs'} | "
+                   f"{'–' if ratio is None else f'{ratio:.2f}x'} | ≤ {bound}x | {_mark(met)} |")
+    sides = [(r["impl"].split(": ", 1)[1], float(r["median_us"]), r["benchmark"]) for r in rows
+             if r["benchmark"].startswith("exchange: ") and r["impl"].startswith(ex.PYBRIDGE_SIDE)
+             and r.get("median_us") is not None]
+    if not sides:
+        out.append(f"| exchange (pybridge's side) | not measured | | | ≤ {EXCHANGE_TARGET_US} µs | – |")
+    for what, got, bench in sorted(sides, key=lambda s: -s[1]):
+        refs = [(name, v) for name in EXCHANGE_REFERENCES.get(what, ()) if (v := _find(rows, bench, name)) is not None]
+        own = got - sum(v for _, v in refs)
+        ref_text = "; ".join(f"{name.removeprefix('reference: ')} {v:.2f} µs" for name, v in refs) or "–"
+        if got <= EXCHANGE_TARGET_US:
+            verdict = "yes"
+        elif refs and own <= EXCHANGE_TARGET_US:
+            verdict = "pybridge's own part only (the rest: driver, other library)"
+        else:
+            verdict = "**no**"
+        out.append(f"| exchange `{what}` ({bench.removeprefix('exchange: ')}) | {got:.2f} µs | {ref_text} | "
+                   f"{f'{own:.2f} µs' if refs else '–'} | ≤ {EXCHANGE_TARGET_US} µs | {verdict} |")
+    for path, backend, impl, ref_impl in CALL_PATH_PROGRAMS:
+        r = _summary(rows, backend, impl)
+        beside = _summary(rows, backend, ref_impl) if ref_impl else None
+        if r is None:
+            out.append(f"| {path} | not measured | | | | – |")
+            continue
+        target = r.get("target")
+        met = r.get("met") if r.get("met") is not None else (r["value"] <= target if target is not None else None)
+        beside_text = "–" if beside is None else f"{ref_impl}: {beside['value']:.3f}"
+        out.append(f"| {path} | {r['value']:.3f} | {beside_text} | | "
+                   f"{'–' if target is None else f'≤ {target}'} | {_mark(met)} |")
+    return out
+
+
+def _mark(met: bool | None) -> str:
+    return {True: "yes", False: "**no**", None: "–"}[met]
+
+
 def target_lines(rows: list[dict[str, Any]]) -> list[str]:
     out = ["| area | target | figure | met | missed by |", "|---|---|---|---|---|"]
     for t in TARGETS:

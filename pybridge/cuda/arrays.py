@@ -415,6 +415,11 @@ def from_cai(obj: Any, stream: Any = None) -> DeviceArray:
         cai = obj.__cuda_array_interface__  # read once: some producers (PyTorch) build it in Python
     except AttributeError:
         raise TypeError(f"{type(obj).__name__} has no __cuda_array_interface__") from None
+    return _from_cai_dict(obj, cai, stream)
+
+
+def _from_cai_dict(obj: Any, cai: Any, stream: Any) -> DeviceArray:
+    """:func:`from_cai` with ``obj``'s interface already read."""
     t = cai.get("typestr") if type(cai) is dict else None
     # The common v3 form with a little-endian / byte-order-free number type: read without the
     # general parser (same outcome); anything else goes through cai_info, which explains errors.
@@ -459,6 +464,9 @@ def from_dlpack(obj: Any, stream: Any = None) -> DeviceArray:
     return DeviceArray(info, owner=keepalive, pending=None if target.is_default else target)
 
 
+_MISSING = object()
+
+
 def as_device_array(obj: Any, *, stream: Any = None, prefer: str = "cai") -> DeviceArray:
     """Any device array (ours, CAI or DLPack producer) as a DeviceArray, zero-copy.
 
@@ -477,14 +485,26 @@ def as_device_array(obj: Any, *, stream: Any = None, prefer: str = "cai") -> Dev
         )
     if prefer not in ("cai", "dlpack"):
         raise ValueError("prefer must be 'cai' or 'dlpack'")
-    has_cai = hasattr(obj, "__cuda_array_interface__")
-    has_dlpack = hasattr(obj, "__dlpack__")
-    order = ["cai", "dlpack"] if prefer == "cai" else ["dlpack", "cai"]
-    for proto in order:
-        if proto == "cai" and has_cai:
-            return from_cai(obj, stream)
-        if proto == "dlpack" and has_dlpack:
+    if prefer == "cai":
+        # A plain PyTorch tensor read directly: what its CAI (version 2, no stream) says, without
+        # the dictionary PyTorch builds in Python.
+        torch_view = interop.torch_plain(obj)
+        if torch_view is not None:
+            ptr, shape, dt = torch_view
+            strides = interop.c_contiguous_strides(shape, dt.itemsize)
+            return DeviceArray(ArrayInfo(ptr, shape, strides, dt, False, None), owner=obj)
+        # Read once (hasattr would build it, then from_cai again): CuPy and PyTorch make it per read.
+        cai = getattr(obj, "__cuda_array_interface__", _MISSING)
+        if cai is not _MISSING:
+            return _from_cai_dict(obj, cai, stream)
+        if hasattr(obj, "__dlpack__"):
             return from_dlpack(obj, stream)
+    else:
+        has_cai = hasattr(obj, "__cuda_array_interface__")  # first, as always: PyTorch raises here for a grad tensor
+        if hasattr(obj, "__dlpack__"):
+            return from_dlpack(obj, stream)
+        if has_cai:
+            return from_cai(obj, stream)
     raise TypeError(
         f"{type(obj).__name__} is not a device array (it has neither __cuda_array_interface__ nor __dlpack__)"
     )

@@ -29,7 +29,11 @@ group is at most two levels deep and a count is the sum over its root and nodes.
 
 from __future__ import annotations
 
+from collections import deque
+from itertools import repeat
 from typing import Any, Iterable
+
+_run = deque(maxlen=0).extend  # runs an iterator to its end in C (no check point between its steps)
 
 
 class AliasGroup:
@@ -82,12 +86,7 @@ def join(handles: Iterable[Any]) -> None:
         nodes = target.nodes
         for r in roots:
             if r is not target:
-                for n in r.nodes:
-                    n.parent = target
-                nodes += r.nodes
-                r.nodes = []
-                r.parent = target
-                nodes.append(r)
+                _merge(r, target, nodes)
         if len(nodes) > target._pruned_at:  # nodes whose members were all released: dropped
             nodes[:] = [n for n in nodes if n.live]
             target._pruned_at = 2 * len(nodes) + 8
@@ -99,6 +98,24 @@ def join(handles: Iterable[Any]) -> None:
                     g.live -= 1
                 target.live += 1
             h._aliases = target
+
+
+def _merge(r: AliasGroup, target: AliasGroup, nodes: list[AliasGroup]) -> None:
+    """Make root ``r`` and its nodes nodes of ``target`` (whose ``nodes`` is ``nodes``), with no
+    place between the first change and the last where Python checks for signals (RELIABILITY.md,
+    "Ctrl-C"): the new parents are set by ``setattr`` mapped over the nodes and run from C, the one
+    call of the merge and its last step. A KeyboardInterrupt then finds the merge not started or
+    done. Before, a Python loop set them first: stopped there, the nodes pointed to the target but
+    were listed by neither root, so their handles' counts missed the rest of their group and a
+    consume overwrote memory a live handle shared (the lifecycle machine read a live result of
+    ``set0`` as 6, not 10). An interrupted join's results are dropped; the groups it merged stay
+    merged (too much, never too little: a consume copies when it need not)."""
+    moved = [*r.nodes, r]
+    reparent = map(setattr, moved, repeat("parent"), repeat(target))
+    # No check point from here on: a list extended in place, an attribute store, then the C loop.
+    nodes += moved
+    r.nodes = []
+    _run(reparent)
 
 
 def shared_with_live(handle: Any) -> bool:

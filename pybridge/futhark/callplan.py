@@ -22,6 +22,11 @@ No check is dropped, each one moves:
 
 Scalar results are read from one preallocated buffer per entry point and handle results from one
 preallocated cell, under the lock, so a call allocates no C memory for them.
+
+Where the compiled extension is in use (callpath.py) and the library is in API mode, the plan is
+``_callpath.Plan``: the same steps in C (_callpath.c), called through the entry point's packed
+shim (shims.py). The Python plan below stays the fallback and the reference the C one is tested
+against (tests/test_call_path_differential.py).
 """
 
 from __future__ import annotations
@@ -31,10 +36,12 @@ from typing import Any, Callable
 import numpy as np
 
 from .aliases import join, shared_with_live
+from .callpath import compiled, plans_compiled
+from .context import error_for_message, function_address
 from .errors import InvalidHandleError
-from .handles import ArrayHandle, OpaqueHandle
+from .handles import ArrayHandle, OpaqueHandle, _PythonValue
 from .kinds import ArrayKind
-from .shims import shim_name
+from .shims import packed_shim_name, shim_name
 from .types import _NP_INTS, PRIMITIVES
 
 # The exact types an argument may have to skip its converter: cffi takes them as they are, with the
@@ -52,10 +59,80 @@ _PASS: dict[str, frozenset[type]] = {
 }
 _F32_MAX = float(np.finfo(np.float32).max)
 
+# The type codes of _callpath.c (its enum, in this order).
+CODES = {name: i for i, name in enumerate(("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "f32", "f64",
+                                           "bool", "array", "opaque"))}
+
+
+
+def configure_compiled(**replace: Any) -> None:
+    """Give the compiled path the Python objects it uses (once, at import). ``replace`` swaps some
+    of them (by ``_callpath.configure``'s parameter names): tests inject a difference with it to
+    show that the differential test sees one (tests/test_call_path_differential.py)."""
+    parts = {"invalid_handle": InvalidHandleError, "join": join, "shared": shared_with_live,
+             "error_for_message": error_for_message, "release": _PythonValue._release,
+             "numpy_ints": tuple(_INTS - {int}), "f64": np.float64, "f32": np.float32, "f16": np.float16,
+             "bool": np.bool_, "f32_max": _F32_MAX}
+    unknown = set(replace) - set(parts)
+    if unknown:
+        raise TypeError(f"configure_compiled: unknown parts {sorted(unknown)}")
+    compiled.configure(*{**parts, **replace}.values())
+
+
+if compiled is not None:
+    # _callpath.c's pass sets are _PASS's (its f32 rule is the plan's, spelled out there).
+    assert _PASS["f64"] == {float, np.float64, np.float32, np.float16} and _PASS["bool"] == {bool, np.bool_}
+    configure_compiled()
+
+
+def compiled_plan(ep: Any) -> Any:
+    """``ep``'s plan in C (a ``_callpath.Plan``, called with the arguments alone), or None where the
+    Python plan must serve: no extension (or PYBRIDGE_CALL_PATH=python), ABI mode (no shims), a
+    prebuilt module without packed shims, or more than _callpath.MAX_ARGS inputs or outputs."""
+    lib, info = ep.library, ep.info
+    if not plans_compiled() or lib.mode != "api" or max(len(info.inputs), len(info.outputs)) > compiled.MAX_ARGS:
+        return None
+    ffi = lib.ffi
+    try:
+        shim = function_address(ffi, lib.lib, packed_shim_name(info.cfun))
+    except (AttributeError, ffi.error):  # a module built before packed shims existed
+        return None
+    inputs = []
+    for i, p in enumerate(info.inputs):
+        prim = PRIMITIVES.get(p.type)
+        what = f"{ep.name}: parameter {p.name!r}"
+        if prim is not None:
+            fast = p.name not in ep._sizes.size_params and prim.name in _PASS  # as the Python plan's `exact`
+            inputs.append((CODES[prim.name], int(fast), ep._convs[i], None, None, what, None, False))
+            continue
+        kind = lib.types[p.type]
+        array = isinstance(kind, ArrayKind)
+        by = f"entry point {ep.name!r} (parameter {p.name!r})" if p.unique else None
+        inputs.append((CODES["array" if array else "opaque"], 0, None, kind, ArrayHandle if array else OpaqueHandle,
+                       what, by, not p.unique))
+    outputs = []
+    for o in info.outputs:
+        prim = PRIMITIVES.get(o.type)
+        if prim is not None:
+            buf = np.zeros(1, dtype=prim.dtype)  # f16: its bits, read as float16
+            outputs.append((CODES[prim.name], None, None, None, None, buf, buf.ctypes.data, False))
+            continue
+        kind = lib.types[o.type]
+        array = isinstance(kind, ArrayKind)
+        free = function_address(ffi, lib.lib, kind.info.ops["free"])
+        outputs.append((CODES["array" if array else "opaque"], kind, ArrayHandle if array else OpaqueHandle,
+                        kind.free_fn, free, None, None, not o.unique))
+    sync = any(o.type in PRIMITIVES for o in info.outputs)  # scalar results: the C API asks for a sync
+    return compiled.Plan(ep, lib.context._state, shim, sync, info.cfun, tuple(inputs), tuple(outputs))
+
 
 def compile_plan(ep: Any) -> Callable[..., Any]:
-    """The fast ``__call__`` of ``ep`` (an ``entry.EntryPoint``, the layer above: a function of
-    ``self, *args, **kwargs``)."""
+    """The fast ``__call__`` of ``ep`` (an ``entry.EntryPoint``, the layer above): its compiled
+    plan (a function of the arguments alone) where there is one, else a Python function of
+    ``self, *args, **kwargs``."""
+    plan = compiled_plan(ep)
+    if plan is not None:
+        return plan  # type: ignore[no-any-return]
     lib, info = ep.library, ep.info
     ffi, state = lib.ffi, lib.context._state
     api = lib.mode == "api"

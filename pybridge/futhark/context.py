@@ -17,6 +17,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from .callpath import compiled
 from .errors import FutharkError, InvalidHandleError, error_for
 
 
@@ -50,7 +51,15 @@ class Config:
         return cls(**kwargs)
 
 
-class _State:
+class _PythonState:
+    """The pure-Python storage of _State (the compiled path's is ``_callpath.State``)."""
+
+    open: bool
+    lock: Any
+    values: dict[int, tuple[Callable[[Any, Any], int], Any]]
+
+
+class _State(compiled.State if compiled is not None else _PythonState):  # type: ignore[misc]
     """What the context's finaliser needs, kept apart from the Context so handles can share it.
 
     ``lock`` is the context's one lock (docs/DESIGN.md, "Threads"): every C call on the context is
@@ -61,9 +70,13 @@ class _State:
         self.ffi, self.lib, self.cfg, self.ctx = ffi, lib, cfg, ctx
         self.open = True
         self.ctx_freed = self.cfg_freed = False  # close() done up to there (it may be interrupted)
-        self.lock = threading.RLock()
-        # id(handle) -> (free function, pointer) for every live value, so close() can free them.
-        self.values: dict[int, tuple[Callable[[Any, Any], int], Any]] = {}
+        # threading.RLock, or the compiled path's lock of the same rules (taken there without a call)
+        self.lock = compiled.Lock() if compiled is not None else threading.RLock()
+        # id(handle) -> (free function, pointer) for every live value, so close() can free them. The
+        # compiled call path registers its results with the pointer as an address (an int).
+        self.values = {}
+        if compiled is not None:
+            self._raw_ctx = int(ffi.cast("uintptr_t", ctx))  # what the compiled path calls with
         _open_states.add(self)
 
     def free_orphan(self, key: int) -> None:
@@ -76,9 +89,11 @@ class _State:
         As in Value._release: unregistered, then freed, no call in between."""
         values = self.values
         if self.open and key in values:
-            entry = values[key]
+            free, ptr = values[key]
+            if type(ptr) is int:  # registered by the compiled path: an address (cast while still registered)
+                ptr = self.ffi.cast("void *", ptr)
             del values[key]
-            entry[0](self.ctx, entry[1])
+            free(self.ctx, ptr)
 
     def close(self, timeout: float = -1) -> bool:
         """Free values, sync, free the context and its configuration, once, after the calls in
@@ -110,6 +125,8 @@ class _State:
         values = self.values
         for key, (free, ptr) in list(values.items()):
             if key in values:
+                if type(ptr) is int:  # the compiled path's address; cast before the entry goes
+                    ptr = self.ffi.cast("void *", ptr)
                 del values[key]
                 free(self.ctx, ptr)
         if not self.ctx_freed:
@@ -133,6 +150,18 @@ def _close_at_exit() -> None:
     for finalisers that would run after daemon threads are frozen (perhaps holding a lock)."""
     for state in list(_open_states):
         state.close(timeout=EXIT_WAIT_S)
+
+
+def function_address(ffi: Any, lib: Any, name: str) -> int:
+    """The address of C function ``name`` of ``lib`` (API mode: a function of the module; ABI
+    mode: already a function pointer), for the compiled call path to call."""
+    fn = getattr(lib, name)
+    return int(ffi.cast("uintptr_t", fn if isinstance(fn, ffi.CData) else ffi.addressof(lib, name)))
+
+
+def error_for_message(code: int, message: str, function: str) -> FutharkError:
+    """The exception for a failed call given Futhark's message ("" when it left none)."""
+    return error_for(code, (message or f"{function} failed with code {code} (no message from Futhark)").rstrip("\n"), function)
 
 
 class Context:
@@ -173,6 +202,9 @@ class Context:
         # atexit=False: _close_at_exit closes at exit, with a bound on the wait.
         self._finalizer = weakref.finalize(self, _State.close, self._state)
         self._finalizer.atexit = False
+        if compiled is not None:  # Context.sync in C, as the instance's own attribute (same behaviour)
+            self.sync = compiled.Sync(self._state, weakref.ref(self), self._pending_host,
+                                      function_address(ffi, lib, "futhark_context_sync"))
 
     # -- configuration
     def _apply(self, cfg: Any, c: Config, tuning_names: set[str]) -> None:
@@ -261,8 +293,7 @@ class Context:
 
     def error_from(self, code: int, message_ptr: Any, function: str) -> FutharkError:
         """The exception for a failed call whose message a C shim already took (API mode)."""
-        msg = self._take_string(message_ptr) if message_ptr != self.ffi.NULL else ""
-        return error_for(code, (msg or f"{function} failed with code {code} (no message from Futhark)").rstrip("\n"), function)
+        return error_for_message(code, self._take_string(message_ptr) if message_ptr != self.ffi.NULL else "", function)
 
     def check(self, code: int, function: str) -> None:
         if code != 0:

@@ -58,7 +58,8 @@ class FutharkStream:
 
     def signal(self, consumer: int) -> None:
         """``consumer``'s later work waits (on the device) for what Futhark has queued so far."""
-        ordering.order(consumer, self.stream, self.slot)
+        if consumer != self.stream:  # ordering.order's test, then the slot's order (one frame less)
+            self.slot.order(consumer, self.stream)
 
 
 _NONE = object()

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..interop import futhark_cai, futhark_dlpack, futhark_dlpack_device
 from . import aliases
+from .callpath import compiled
 from .context import Context
 from .errors import FutharkError, InvalidHandleError, ProgramError, naming
 
@@ -27,51 +28,20 @@ if TYPE_CHECKING:
     from .protocols import LibraryLike
 
 
-class Value:
-    """Base of all handles: one reference to a Futhark value in one context."""
+class _PythonValue:
+    """The storage and lifetime methods of a handle in pure Python: the fallback of the compiled
+    ``_callpath.Value`` (_callpath.c mirrors these methods; callpath.py says which is in use)."""
 
     __slots__ = ("_ctx", "_ptr", "_status", "_free_fn", "_keep", "_aliases", "library", "__weakref__")
-
-    def __init__(self, library: "LibraryLike", ptr: Any, free_fn: Any, keep: Any = None):
-        self.library = library
-        self._ctx: Context = library.context
-        self._ptr = ptr
-        self._free_fn = free_fn
-        self._status: str | None = None  # None while live; else why it is unusable
-        self._keep = keep  # an object that must outlive the value (new_raw's owner)
-        self._aliases: aliases.AliasGroup | None = None  # handles that may share memory (aliases.py)
-        # Context.register, inlined (every result), last: the registry says which handle owns a value.
-        state, key = self._ctx._state, id(self)
-        if key in state.values:  # left by a handle whose __del__ an interrupt skipped (free_orphan)
-            state.free_orphan(key)
-        state.values[key] = (free_fn, ptr)
 
     @property
     def ptr(self) -> Any:
         """The C pointer; raises InvalidHandleError after free/consume/close."""
         if self._status is not None:
-            raise InvalidHandleError(f"{self._describe()} was {self._status}")
+            raise InvalidHandleError(f"{self._describe()} was {self._status}")  # type: ignore[attr-defined]
         if self._ctx.closed:
-            raise InvalidHandleError(f"{self._describe()} belongs to a closed Futhark context")
+            raise InvalidHandleError(f"{self._describe()} belongs to a closed Futhark context")  # type: ignore[attr-defined]
         return self._ptr
-
-    def _live_ptr(self, what: str) -> Any:
-        """``ptr``, its error naming ``what`` (``"saxpy: parameter 'ys'"``: where it was passed)."""
-        try:
-            return self.ptr
-        except InvalidHandleError as e:
-            raise naming(e, what) from None
-
-    @property
-    def valid(self) -> bool:
-        return self._status is None and not self._ctx.closed
-
-    def _describe(self) -> str:
-        return f"Futhark value of type {self.type_name}"
-
-    @property
-    def type_name(self) -> str:
-        raise NotImplementedError
 
     def free(self) -> None:
         """Release this reference now. Idempotent."""
@@ -125,6 +95,66 @@ class Value:
                 pass
             raise
 
+
+class _PythonArray(_PythonValue):
+    __slots__ = ("atype", "_shape")
+
+    # DLPack export (interop.futhark_dlpack, bound as the method itself; _callpath.ArrayBase has
+    # its common case in C).
+    __dlpack__ = futhark_dlpack
+
+
+class _PythonOpaque(_PythonValue):
+    __slots__ = ("otype",)
+
+
+if compiled is not None:
+    _ValueBase, _ArrayBase, _OpaqueBase = compiled.Value, compiled.ArrayBase, compiled.OpaqueBase
+else:
+    _ValueBase, _ArrayBase, _OpaqueBase = _PythonValue, _PythonArray, _PythonOpaque
+
+
+class Value(_ValueBase):  # type: ignore[misc,valid-type]
+    """Base of all handles: one reference to a Futhark value in one context. Its storage and
+    ``ptr``, ``free``, ``__del__`` come from ``_callpath.Value`` or ``_PythonValue`` (callpath.py)."""
+
+    __slots__ = ()
+    _ctx: Context
+    _status: str | None
+    _aliases: aliases.AliasGroup | None
+
+    def __init__(self, library: "LibraryLike", ptr: Any, free_fn: Any, keep: Any = None):
+        self.library = library
+        self._ctx = library.context
+        self._ptr = ptr
+        self._free_fn = free_fn
+        self._status = None  # None while live; else why it is unusable
+        self._keep = keep  # an object that must outlive the value (new_raw's owner)
+        self._aliases = None  # handles that may share memory (aliases.py)
+        # Context.register, inlined (every result), last: the registry says which handle owns a value.
+        state, key = self._ctx._state, id(self)
+        if key in state.values:  # left by a handle whose __del__ an interrupt skipped (free_orphan)
+            state.free_orphan(key)
+        state.values[key] = (free_fn, ptr)
+
+    def _live_ptr(self, what: str) -> Any:
+        """``ptr``, its error naming ``what`` (``"saxpy: parameter 'ys'"``: where it was passed)."""
+        try:
+            return self.ptr
+        except InvalidHandleError as e:
+            raise naming(e, what) from None
+
+    @property
+    def valid(self) -> bool:
+        return self._status is None and not self._ctx.closed
+
+    def _describe(self) -> str:
+        return f"Futhark value of type {self.type_name}"
+
+    @property
+    def type_name(self) -> str:
+        raise NotImplementedError
+
     def __enter__(self) -> "Value":
         return self
 
@@ -141,10 +171,12 @@ def _nonnegative(shape: tuple[int, ...], type_name: str) -> tuple[int, ...]:
     return shape
 
 
-class ArrayHandle(Value):
+class ArrayHandle(Value, _ArrayBase):  # type: ignore[misc,valid-type]
     """A Futhark array of primitives. Data stays in Futhark (on the GPU for GPU backends)."""
 
-    __slots__ = ("atype", "_shape")
+    __slots__ = ()
+    atype: Any
+    _shape: tuple[int, ...] | None
 
     def __init__(self, library: "LibraryLike", atype: Any, ptr: Any, keep: Any = None):
         # atype: the kinds.ArrayKind of this array's type (a layer above: not imported here)
@@ -258,11 +290,6 @@ class ArrayHandle(Value):
         the first export of a value (later exports reuse what cannot change: see interop)."""
         return futhark_cai(self)
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
-                   copy: Any = None) -> Any:
-        """DLPack export (cuda backend), no copy, data ready (synced as for the CAI)."""
-        return futhark_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
-
     def __dlpack_device__(self) -> tuple[int, int]:
         return futhark_dlpack_device(self)
 
@@ -272,10 +299,11 @@ class ArrayHandle(Value):
         return f"<ArrayHandle {self.type_name} shape={self.shape} backend={self.library.backend}>"
 
 
-class OpaqueHandle(Value):
+class OpaqueHandle(Value, _OpaqueBase):  # type: ignore[misc,valid-type]
     """A Futhark opaque value: record, tuple, sum, array of records, or fully opaque."""
 
-    __slots__ = ("otype",)
+    __slots__ = ()
+    otype: Any
 
     def __init__(self, library: "LibraryLike", otype: Any, ptr: Any):
         self.otype = otype

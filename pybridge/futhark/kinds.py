@@ -17,7 +17,9 @@ import numpy.ma  # noqa: F401
 
 from ..interop import futhark_view_of
 from . import aliases, binformat, restorecheck
+from .callpath import compiled, plans_compiled
 from .cdef import struct_name
+from .context import function_address
 from .errors import FutharkError, ValueFormatError
 from .gpustream import futhark_stream
 from .handles import ArrayHandle, OpaqueHandle, Value, call_for_results, new_value
@@ -27,6 +29,9 @@ from .types import PRIMITIVES
 
 if TYPE_CHECKING:
     from .protocols import LibraryLike
+
+
+_UNMADE = object()
 
 
 class ArrayKind:
@@ -47,10 +52,31 @@ class ArrayKind:
         self.values_raw_fn = fn(ops["values_raw"]) if "values_raw" in ops else None
         self.new_raw_fn = fn(ops["new_raw"]) if "new_raw" in ops else None
         self._buf_type = f"{self.prim.ctype}[]"
+        # new_raw in C (_callpath.RawNew), made at first use; None where the Python code serves
+        # (as for call plans: no extension, ABI mode, PYBRIDGE_CALL_PATH=python, python_plans()).
+        self._raw_new: Any = _UNMADE if plans_compiled() and library.mode == "api" else None
+
+    def _compiled_raw_new(self) -> Any:
+        raw_new = self._raw_new
+        if raw_new is _UNMADE:
+            raw_new = self._raw_new = None
+            lib, ops = self.library, self.info.ops
+            if self.new_raw_fn is not None and 1 <= self.rank <= compiled.RAW_MAX_RANK:
+                try:
+                    fn, free = (function_address(lib.ffi, lib.lib, ops[op]) for op in ("new_raw", "free"))
+                except (AttributeError, lib.ffi.error):  # not reachable by address: the Python code serves
+                    return None
+                raw_new = self._raw_new = compiled.RawNew(lib.context._state, lib, self, ArrayHandle, fn,
+                                                          self.free_fn, free, self.rank, ops["new_raw"])
+        return raw_new
 
     @property
     def dtype(self) -> np.dtype:
         return self.prim.dtype
+
+    def _pointer(self, address: int) -> Any:
+        """A value's pointer object from its address (the compiled call path keeps addresses)."""
+        return self.library.ffi.cast(self.info.ctype, address)
 
     def buffer(self, arr: np.ndarray) -> Any:
         return self.ffi.from_buffer(self._buf_type, arr)
@@ -113,6 +139,9 @@ class ArrayKind:
         shape = tuple(int(s) for s in shape)
         if len(shape) != self.rank or any(s < 0 for s in shape):
             raise ValueError(f"new_raw: shape must be {self.rank} non-negative ints, got {shape}")
+        raw_new = self._compiled_raw_new() if type(pointer) is int and 0 <= pointer < 1 << 64 else None
+        if raw_new is not None:
+            return raw_new(pointer, shape, owner)
         raw_type = self.library.raw_ctype
         raw = pointer if raw_type == "CUdeviceptr" else self.ffi.cast(raw_type, pointer)
         with self.library.context.lock:
@@ -135,6 +164,9 @@ class ArrayKind:
         if not plain or fn is None or lib.raw_ctype != "CUdeviceptr":
             return self.new_raw(ptr, shape, owner=obj)
         # The plain CAI form has the rank and non-negative exact ints new_raw would check for.
+        raw_new = self._compiled_raw_new()
+        if raw_new is not None:
+            return raw_new(ptr, shape, obj)  # type: ignore[no-any-return]
         with lib.context.lock:
             return self._raw_handle(ptr, shape, obj)
 
@@ -155,6 +187,8 @@ class OpaqueKind:
         # (rank, type) of each component in store() bytes, learnt from the first store(): the
         # manifest does not say how Futhark flattens the value.
         self.layout: list[tuple[int, str]] | None = None
+
+    _pointer = ArrayKind._pointer
 
 
     def learn_layout(self, data: bytes) -> None:

@@ -24,6 +24,7 @@ import os
 import random
 import subprocess
 import sys
+import traceback
 from typing import Any, Sequence
 
 from ..executables import python_module_command
@@ -169,7 +170,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child:
         if args.stacks_after is not None:  # a hang: every thread's stack in the output, then exit
             watchdog.start(args.stacks_after)
-        print(json.dumps(run_batch(args.programs, args.backend, n, args.steps, args.seed)))
+        try:
+            counts = run_batch(args.programs, args.backend, n, args.steps, args.seed)
+        except KeyboardInterrupt:
+            # The Ctrl-C rule catches every interrupt it sends (alarm.py keeps them out of tracers);
+            # one that got past it is the harness's failure, reported with its traceback, not a
+            # death by SIGINT that the runner would count as a crash.
+            traceback.print_exc()
+            print("lifecycle_run: an interrupt escaped the machine's Ctrl-C rule", file=sys.stderr)
+            return 3
+        print(json.dumps(counts))
         return 0
     summary = run(args.programs, args.backend, n, args.batch, args.steps, timeout=args.timeout, jobs=args.jobs, seed=args.seed)
     print(json.dumps(summary, indent=1))

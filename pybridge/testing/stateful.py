@@ -274,9 +274,11 @@ def handle_lifecycle_machine(
 
             def run() -> None:
                 try:
-                    if interrupt_after_us:
-                        self.alarm.arm(interrupt_after_us)
                     try:
+                        # Armed inside the try whose finally disarms: an interrupt that lands
+                        # before the call (in arm's own return) still leaves the alarm disarmed.
+                        if interrupt_after_us:
+                            self.alarm.arm(interrupt_after_us)
                         outcome["result"] = ep(*args)
                     finally:
                         if interrupt_after_us:

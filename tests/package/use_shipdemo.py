@@ -14,6 +14,7 @@ import numpy as np
 
 import pybridge
 import shipdemo
+from pybridge.futhark import callpath
 
 # SHIPDEMO_EXPECT: "<packaged backends>;<the backend load() picks>" (tests/gpu/test_package_cuda.py
 # sets it, and runs with the wheel unpacked on PYTHONPATH rather than in a virtual environment).
@@ -36,6 +37,9 @@ def check(lib) -> None:
     assert lib.mode == "api", lib.mode
     for sub in lib.libraries.values():
         assert sub.mode == "api" and sub.api_module is not None, (sub.mode, sub.mode_note)
+        if callpath.compiled is not None:  # a packaged program's calls take the compiled path (issue 34)
+            plans = {name: type(ep).__call__ for name, ep in sub.entry_points.items()}
+            assert all(isinstance(p, callpath.compiled.Plan) for p in plans.values()), plans
     np.testing.assert_allclose(lib.scale(1.5, a32).numpy(), a32 * np.float32(1.5), rtol=1e-6)
     np.testing.assert_allclose(lib.row_sums(a64).numpy(), a64.sum(axis=1), rtol=1e-12)
     np.testing.assert_allclose(lib.matmul(a32, b32).numpy(), a32 @ b32, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,1987 @@
+/* pybridge.futhark._callpath: the per-call path of pybridge.futhark in compiled code (issue 34).
+ *
+ * It mirrors, and must behave exactly as, the pure-Python fallback (tests/test_call_path_differential.py
+ * runs both on generated programs and the lifecycle machine):
+ *   Lock        - the context's reentrant lock (threading.RLock's rules)
+ *   State       - the storage of context._State: open flag, lock, value registry, raw context pointer
+ *   Value,
+ *   ArrayBase,
+ *   OpaqueBase  - the storage and lifetime of handles: handles._PythonValue (ptr, free, _release,
+ *                 _mark_consumed, __del__), _PythonArray (atype, _shape), _PythonOpaque (otype)
+ *   Plan        - one entry point's call plan: callplan.compile_plan's function
+ *   Sync        - Context.sync
+ *   RawNew      - ArrayKind.new_raw / from_cuda's wrap of a device pointer (kinds.py)
+ *   order_streams - ordering.EventSlot.try_order's two driver calls
+ *   dlpack_capsule - interop._export_keyed's capsule (a DLManagedTensor owning a reference to its owner)
+ *
+ * Built against the stable ABI (Py_LIMITED_API 3.10): one binary serves CPython 3.10 and later.
+ * The entry point is reached through its packed shim (shims.py: int shim(ctx, sync, char **err,
+ * void **outs, const pybridge_slot *ins)), so one C signature calls every entry point.
+ *
+ * Ctrl-C (RELIABILITY.md): a KeyboardInterrupt is raised only where Python code runs. Between the
+ * lock and the end of the bookkeeping after the C call (results registered, consumed arguments
+ * freed) this file runs no Python code that can raise into it, so a plan never needs the Python
+ * plan's `settle`.
+ */
+#define Py_LIMITED_API 0x030A0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef Py_XSETREF /* not in the limited API before 3.12's */
+#define Py_XSETREF(op, op2) do { PyObject *_py_tmp = (PyObject *)(op); (op) = (op2); Py_XDECREF(_py_tmp); } while (0)
+#endif
+
+#define MAX_ARGS 64 /* entry points with more inputs or outputs keep the Python plan */
+
+typedef union {
+    int8_t i8; int16_t i16; int32_t i32; int64_t i64;
+    uint8_t u8; uint16_t u16; uint32_t u32; uint64_t u64;
+    float f32; double f64; bool b; void *p;
+} pybridge_slot;
+
+typedef int (*shim_fn)(void *ctx, int sync, char **err, void **outs, const pybridge_slot *ins);
+typedef int (*free_fn_c)(void *ctx, void *value);
+
+/* Type codes shared with callplan.py (CODES). */
+enum { C_I8, C_I16, C_I32, C_I64, C_U8, C_U16, C_U32, C_U64, C_F16, C_F32, C_F64, C_BOOL, C_ARRAY, C_OPAQUE };
+
+/* ------------------------------------------------------------------ configured once (configure()) */
+
+static PyObject *InvalidHandleError, *join_fn, *shared_fn, *error_for_message, *py_release, *np_int_types;
+static PyObject *np_float64, *np_float32, *np_float16, *np_bool;
+static double f32_max;
+static PyObject *s_freed, *s_live, *s_parent, *s_acquire, *s_release, *s_describe, *s_error, *s_free, *s_state,
+    *s_ctx, *s_closed, *s_live_ptr, *s_pointer, *s_ffi, *s_cast, *s_uintptr, *s_closed_msg, *s_general, *s_bind,
+    *s_convert_scalars, *s_explained, *s_voidp;
+static long exports_alive; /* DLPack capsules made here whose consumer has not released them */
+
+static PyTypeObject *StateType, *ValueType, *ArrayBaseType, *OpaqueBaseType, *PlanType;
+
+/* ------------------------------------------------------------------ Lock */
+
+/* A reentrant lock, as threading.RLock (same rules: owner thread and count, interruptible wait,
+ * RuntimeError when a thread releases what it does not hold), whose acquire and release the call
+ * path takes in a few instructions instead of a method call each. */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    unsigned long owner, count;
+} LockObject;
+
+/* 1 taken, 0 not within the timeout, -1 exception (a signal handler raised while waiting). */
+static int lock_take(LockObject *L, PY_TIMEOUT_T timeout_us) {
+    unsigned long me = PyThread_get_thread_ident();
+    if (L->count > 0 && L->owner == me) {
+        L->count++;
+        return 1;
+    }
+    if (!PyThread_acquire_lock(L->lock, 0)) {
+        if (timeout_us == 0) return 0;
+        PyLockStatus r;
+        for (;;) {
+            Py_BEGIN_ALLOW_THREADS
+            r = PyThread_acquire_lock_timed(L->lock, timeout_us, 1);
+            Py_END_ALLOW_THREADS
+            if (r != PY_LOCK_INTR) break;
+            if (Py_MakePendingCalls() < 0) return -1; /* Ctrl-C while waiting: raised, not held */
+            /* a timed wait starts again in full: the waits here are the interpreter-exit bound */
+        }
+        if (r != PY_LOCK_ACQUIRED) return 0;
+    }
+    L->owner = me;
+    L->count = 1;
+    return 1;
+}
+
+static int lock_give(LockObject *L) {
+    if (L->count == 0 || L->owner != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
+        return -1;
+    }
+    if (--L->count == 0) {
+        L->owner = 0;
+        PyThread_release_lock(L->lock);
+    }
+    return 0;
+}
+
+static PyObject *lock_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    if (!PyArg_ParseTuple(args, ":Lock")) return NULL;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    LockObject *L = (LockObject *)alloc(type, 0);
+    if (L == NULL) return NULL;
+    L->lock = PyThread_allocate_lock();
+    if (L->lock == NULL) {
+        Py_DECREF(L);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)L;
+}
+
+static void lock_dealloc(LockObject *L) {
+    PyTypeObject *tp = Py_TYPE(L);
+    if (L->lock != NULL) {
+        if (L->count > 0) PyThread_release_lock(L->lock);
+        PyThread_free_lock(L->lock);
+    }
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(L);
+    Py_DECREF(tp);
+}
+
+static PyObject *lock_acquire(LockObject *L, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"blocking", "timeout", NULL};
+    int blocking = 1;
+    double timeout = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|pd:acquire", kwlist, &blocking, &timeout)) return NULL;
+    if (!blocking && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
+    }
+    if (timeout < 0 && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    }
+    PY_TIMEOUT_T us = !blocking ? 0 : timeout < 0 ? -1 : (PY_TIMEOUT_T)(timeout * 1e6);
+    if (blocking && timeout > 0 && us == 0) us = 1;
+    int r = lock_take(L, us);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
+}
+
+static PyObject *lock_enter(LockObject *L, PyObject *unused) {
+    int r = lock_take(L, -1);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
+}
+
+static PyObject *lock_release(LockObject *L, PyObject *unused) {
+    if (lock_give(L) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lock_exit(LockObject *L, PyObject *args) { return lock_release(L, NULL); }
+
+static PyObject *lock_is_owned(LockObject *L, PyObject *unused) {
+    return PyBool_FromLong(L->count > 0 && L->owner == PyThread_get_thread_ident());
+}
+
+static PyObject *lock_repr(LockObject *L) {
+    return PyUnicode_FromFormat("<%s pybridge.futhark._callpath.Lock owner=%lu count=%lu>",
+                                L->count ? "locked" : "unlocked", L->owner, L->count);
+}
+
+static PyMethodDef lock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))lock_acquire, METH_VARARGS | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1) -> bool, as threading.RLock.acquire"},
+    {"release", (PyCFunction)lock_release, METH_NOARGS, "Release once; RuntimeError if this thread does not hold it."},
+    {"__enter__", (PyCFunction)lock_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)lock_exit, METH_VARARGS, NULL},
+    {"_is_owned", (PyCFunction)lock_is_owned, METH_NOARGS, NULL},
+    {NULL},
+};
+
+static PyType_Slot lock_slots[] = {
+    {Py_tp_dealloc, lock_dealloc},
+    {Py_tp_new, lock_new},
+    {Py_tp_methods, lock_methods},
+    {Py_tp_repr, lock_repr},
+    {Py_tp_doc, "A reentrant lock with threading.RLock's rules, taken from C without a method call."},
+    {0, NULL},
+};
+
+static PyType_Spec lock_spec = {"pybridge.futhark._callpath.Lock", sizeof(LockObject), 0, Py_TPFLAGS_DEFAULT, lock_slots};
+static PyTypeObject *LockType;
+
+/* ------------------------------------------------------------------ State */
+
+typedef struct {
+    PyObject_HEAD
+    char open;
+    PyObject *lock, *values;
+    PyObject *acquire, *release; /* the lock's bound methods */
+    unsigned long long raw_ctx;
+} StateObject;
+
+static int state_lock(StateObject *s) {
+    if (s->lock != NULL && Py_TYPE(s->lock) == LockType) return lock_take((LockObject *)s->lock, -1) < 0 ? -1 : 0;
+    if (s->acquire == NULL) {
+        if (s->lock == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "lock");
+            return -1;
+        }
+        s->acquire = PyObject_GetAttr(s->lock, s_acquire);
+        if (s->acquire == NULL) return -1;
+        s->release = PyObject_GetAttr(s->lock, s_release);
+        if (s->release == NULL) {
+            Py_CLEAR(s->acquire);
+            return -1;
+        }
+    }
+    PyObject *r = PyObject_CallNoArgs(s->acquire);
+    if (r == NULL) return -1; /* interrupted while waiting: not held */
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Release the lock, keeping an exception that is on its way out. */
+static void state_unlock(StateObject *s) {
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    if (Py_TYPE(s->lock) == LockType) {
+        if (lock_give((LockObject *)s->lock) < 0) PyErr_Clear(); /* held here: cannot fail */
+        PyErr_Restore(t, v, tb);
+        return;
+    }
+    PyObject *r = PyObject_CallNoArgs(s->release);
+    if (r == NULL) {
+        if (t != NULL) PyErr_Clear(); /* the exception in flight wins, as `with` chains it */
+        else return;
+    } else {
+        Py_DECREF(r);
+    }
+    PyErr_Restore(t, v, tb);
+}
+
+static PyObject *state_get_lock(StateObject *s, void *c) {
+    if (s->lock == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "lock");
+        return NULL;
+    }
+    Py_INCREF(s->lock);
+    return s->lock;
+}
+
+static int state_set_lock(StateObject *s, PyObject *v, void *c) {
+    Py_XINCREF(v);
+    Py_XSETREF(s->lock, v);
+    Py_CLEAR(s->acquire);
+    Py_CLEAR(s->release);
+    return 0;
+}
+
+static int state_clear(StateObject *s) {
+    Py_CLEAR(s->lock);
+    Py_CLEAR(s->values);
+    Py_CLEAR(s->acquire);
+    Py_CLEAR(s->release);
+    return 0;
+}
+
+static void state_dealloc(StateObject *s) {
+    PyTypeObject *tp = Py_TYPE(s);
+    state_clear(s);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(s);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef state_members[] = {
+    {"open", T_BOOL, offsetof(StateObject, open), 0, "False once close() began"},
+    {"values", T_OBJECT_EX, offsetof(StateObject, values), 0, "id(handle) -> (free function, pointer)"},
+    {"_raw_ctx", T_ULONGLONG, offsetof(StateObject, raw_ctx), 0, "the struct futhark_context * as an address"},
+    {NULL},
+};
+
+static PyGetSetDef state_getset[] = {
+    {"lock", (getter)state_get_lock, (setter)state_set_lock, "the context's one lock", NULL},
+    {NULL},
+};
+
+static PyType_Slot state_slots[] = {
+    {Py_tp_dealloc, state_dealloc},
+    {Py_tp_members, state_members},
+    {Py_tp_getset, state_getset},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_doc, "Storage of a Futhark context's shared state (context._State subclasses it)."},
+    {0, NULL},
+};
+
+static PyType_Spec state_spec = {"pybridge.futhark._callpath.State", sizeof(StateObject), 0,
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, state_slots};
+
+/* ------------------------------------------------------------------ Value */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *library, *ctx, *ptr, *status, *free_fn, *keep, *aliases, *kind, *shape, *weakreflist;
+    StateObject *state; /* ctx._state when it is a State (else the Python release runs) */
+    void *raw;          /* the value's address, when known (has_raw) */
+    int has_raw;
+    free_fn_c free_c; /* the free function, when known */
+} ValueObject;
+
+#define IS_STATE(o) (PyObject_TypeCheck((o), StateType))
+
+static PyObject *value_describe(ValueObject *self) { return PyObject_CallMethodObjArgs((PyObject *)self, s_describe, NULL); }
+
+/* The cffi pointer object: made from the address when the handle was made here. */
+static PyObject *value_get__ptr(ValueObject *self, void *c) {
+    if (self->ptr == NULL) {
+        if (!self->has_raw || self->kind == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "_ptr");
+            return NULL;
+        }
+        PyObject *addr = PyLong_FromVoidPtr(self->raw);
+        if (addr == NULL) return NULL;
+        PyObject *p = PyObject_CallMethodObjArgs(self->kind, s_pointer, addr, NULL);
+        Py_DECREF(addr);
+        if (p == NULL) return NULL;
+        self->ptr = p;
+    }
+    Py_INCREF(self->ptr);
+    return self->ptr;
+}
+
+static int value_set__ptr(ValueObject *self, PyObject *v, void *c) {
+    Py_XINCREF(v);
+    Py_XSETREF(self->ptr, v);
+    self->has_raw = 0; /* found again from the new object when a plan needs it */
+    return 0;
+}
+
+static PyObject *value_get__ctx(ValueObject *self, void *c) {
+    if (self->ctx == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_ctx");
+        return NULL;
+    }
+    Py_INCREF(self->ctx);
+    return self->ctx;
+}
+
+static int value_set__ctx(ValueObject *self, PyObject *v, void *c) {
+    Py_CLEAR(self->state);
+    if (v != NULL) {
+        PyObject *st = PyObject_GetAttr(v, s_state);
+        if (st == NULL) {
+            PyErr_Clear(); /* a context without shared state: the Python release handles it */
+        } else if (IS_STATE(st)) {
+            self->state = (StateObject *)st;
+        } else {
+            Py_DECREF(st);
+        }
+    }
+    Py_XINCREF(v);
+    Py_XSETREF(self->ctx, v);
+    return 0;
+}
+
+static int value_set__free_fn(ValueObject *self, PyObject *v, void *c) {
+    Py_XINCREF(v);
+    Py_XSETREF(self->free_fn, v);
+    self->free_c = NULL;
+    return 0;
+}
+
+static PyObject *value_get__free_fn(ValueObject *self, void *c) {
+    if (self->free_fn == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_free_fn");
+        return NULL;
+    }
+    Py_INCREF(self->free_fn);
+    return self->free_fn;
+}
+
+static int state_closed(ValueObject *self) { /* 1 closed, 0 open, -1 error */
+    if (self->state != NULL) return !self->state->open;
+    if (self->ctx == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_ctx");
+        return -1;
+    }
+    PyObject *r = PyObject_GetAttr(self->ctx, s_closed);
+    if (r == NULL) return -1;
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t;
+}
+
+/* Value.ptr: the C pointer; InvalidHandleError after free/consume/close. */
+static PyObject *value_get_ptr(ValueObject *self, void *c) {
+    if (self->status == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_status");
+        return NULL;
+    }
+    if (self->status != Py_None) {
+        PyObject *d = value_describe(self);
+        if (d == NULL) return NULL;
+        PyObject *m = PyUnicode_FromFormat("%S was %S", d, self->status);
+        Py_DECREF(d);
+        if (m != NULL) {
+            PyErr_SetObject(InvalidHandleError, m);
+            Py_DECREF(m);
+        }
+        return NULL;
+    }
+    int closed = state_closed(self);
+    if (closed < 0) return NULL;
+    if (closed) {
+        PyObject *d = value_describe(self);
+        if (d == NULL) return NULL;
+        PyObject *m = PyUnicode_FromFormat("%S belongs to a closed Futhark context", d);
+        Py_DECREF(d);
+        if (m != NULL) {
+            PyErr_SetObject(InvalidHandleError, m);
+            Py_DECREF(m);
+        }
+        return NULL;
+    }
+    return value_get__ptr(self, NULL);
+}
+
+/* The value's address for a C call (cached). */
+static int value_raw(ValueObject *self, void **out) {
+    if (!self->has_raw) {
+        if (self->ptr == NULL || self->library == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "_ptr");
+            return -1;
+        }
+        PyObject *ffi = PyObject_GetAttr(self->library, s_ffi);
+        if (ffi == NULL) return -1;
+        PyObject *c = PyObject_CallMethodObjArgs(ffi, s_cast, s_uintptr, self->ptr, NULL);
+        Py_DECREF(ffi);
+        if (c == NULL) return -1;
+        PyObject *n = PyNumber_Long(c);
+        Py_DECREF(c);
+        if (n == NULL) return -1;
+        void *p = PyLong_AsVoidPtr(n);
+        Py_DECREF(n);
+        if (p == NULL && PyErr_Occurred()) return -1;
+        self->raw = p;
+        self->has_raw = 1;
+    }
+    *out = self->raw;
+    return 0;
+}
+
+static int alias_drop(PyObject *g) { /* g.live -= 1 */
+    PyObject *live = PyObject_GetAttr(g, s_live);
+    if (live == NULL) return -1;
+    long n = PyLong_AsLong(live);
+    Py_DECREF(live);
+    if (n == -1 && PyErr_Occurred()) return -1;
+    PyObject *nl = PyLong_FromLong(n - 1);
+    if (nl == NULL) return -1;
+    int r = PyObject_SetAttr(g, s_live, nl);
+    Py_DECREF(nl);
+    return r;
+}
+
+/* The C free of the value; -1 with an exception (Futhark's, from ctx.error(rc, "free")). Lock held. */
+static int value_free_now(ValueObject *self) {
+    StateObject *s = self->state;
+    long rc;
+    if (self->free_c != NULL && self->has_raw) {
+        int r;
+        void *ctx = (void *)(uintptr_t)s->raw_ctx, *raw = self->raw;
+        free_fn_c f = self->free_c;
+        Py_BEGIN_ALLOW_THREADS
+        r = f(ctx, raw);
+        Py_END_ALLOW_THREADS
+        rc = r;
+    } else {
+        PyObject *cptr = PyObject_GetAttr((PyObject *)s, s_ctx);
+        if (cptr == NULL) return -1;
+        PyObject *p = value_get__ptr(self, NULL);
+        if (p == NULL) {
+            Py_DECREF(cptr);
+            return -1;
+        }
+        PyObject *r = self->free_fn ? PyObject_CallFunctionObjArgs(self->free_fn, cptr, p, NULL) : NULL;
+        if (self->free_fn == NULL) PyErr_SetString(PyExc_AttributeError, "_free_fn");
+        Py_DECREF(cptr);
+        Py_DECREF(p);
+        if (r == NULL) return -1;
+        rc = PyLong_AsLong(r);
+        Py_DECREF(r);
+        if (rc == -1 && PyErr_Occurred()) return -1;
+    }
+    if (rc != 0) {
+        PyObject *e = PyObject_CallMethod(self->ctx, "error", "lO", rc, s_free);
+        if (e == NULL) return -1;
+        PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+        Py_DECREF(e);
+        return -1;
+    }
+    return 0;
+}
+
+/* Value._release with the lock held (or taken here when `locked` is 0). Mirrors handles.py. */
+static int value_release_impl(ValueObject *self, PyObject *status, int locked) {
+    StateObject *s = self->state;
+    if (s == NULL) { /* a context whose state is not a State: the Python release */
+        PyObject *r = PyObject_CallFunctionObjArgs(py_release, (PyObject *)self, status, NULL);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    if (!s->open) { /* close() freed the C value; never wait for a lock at interpreter exit */
+        int t = self->status == NULL ? 0 : PyObject_IsTrue(self->status);
+        if (t < 0) return -1;
+        if (!t) {
+            Py_INCREF(status);
+            Py_XSETREF(self->status, status);
+        }
+        Py_INCREF(Py_None);
+        Py_XSETREF(self->keep, Py_None);
+        return 0;
+    }
+    if (!locked && state_lock(s) < 0) return -1;
+    int rc = 0;
+    if (self->status == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_status");
+        rc = -1;
+        goto out;
+    }
+    if (self->status != Py_None) goto out;
+    /* From here to the free no Python code runs that could raise a KeyboardInterrupt into it. */
+    Py_INCREF(status);
+    Py_XSETREF(self->status, status);
+    if (self->aliases != NULL && self->aliases != Py_None && alias_drop(self->aliases) < 0) rc = -1;
+    if (rc == 0 && s->open) {
+        PyObject *key = PyLong_FromVoidPtr(self);
+        int has = key == NULL ? -1 : PyDict_Contains(s->values, key);
+        if (has > 0) {
+            has = PyDict_DelItem(s->values, key) < 0 ? -1 : 1;
+            if (has > 0 && value_free_now(self) < 0) has = -1;
+        }
+        Py_XDECREF(key);
+        if (has < 0) rc = -1;
+    }
+    { /* finally: after the free (the owner outlives the value) */
+        PyObject *t, *v, *tb, *old = self->keep;
+        PyErr_Fetch(&t, &v, &tb);
+        Py_INCREF(Py_None);
+        self->keep = Py_None;
+        Py_XDECREF(old);
+        PyErr_Restore(t, v, tb);
+    }
+out:
+    if (!locked) state_unlock(s);
+    return rc;
+}
+
+static PyObject *value_free(ValueObject *self, PyObject *unused) {
+    if (value_release_impl(self, s_freed, 0) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *value__release(ValueObject *self, PyObject *status) {
+    if (value_release_impl(self, status, 0) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *consumed_status(PyObject *by) { return PyUnicode_FromFormat("consumed by %S", by); }
+
+static PyObject *value__mark_consumed(ValueObject *self, PyObject *by) {
+    PyObject *st = consumed_status(by);
+    if (st == NULL) return NULL;
+    int r = value_release_impl(self, st, 0);
+    Py_DECREF(st);
+    if (r < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* __del__: as handles._PythonValue.__del__. */
+static void value_finalize(PyObject *o) {
+    ValueObject *self = (ValueObject *)o;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    if (self->status == Py_None && value_release_impl(self, s_freed, 0) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_Exception)) {
+            PyErr_Clear();
+        } else { /* a Ctrl-C at the start left the value untouched: free it now, then report */
+            PyObject *t2, *v2, *tb2;
+            PyErr_Fetch(&t2, &v2, &tb2);
+            if (self->status == Py_None && value_release_impl(self, s_freed, 0) < 0) {
+                if (PyErr_ExceptionMatches(PyExc_Exception)) {
+                    PyErr_Clear();
+                    PyErr_Restore(t2, v2, tb2);
+                } else {
+                    Py_XDECREF(t2);
+                    Py_XDECREF(v2);
+                    Py_XDECREF(tb2);
+                }
+            } else {
+                PyErr_Restore(t2, v2, tb2);
+            }
+            PyErr_WriteUnraisable(o);
+        }
+    }
+    PyErr_Restore(t, v, tb);
+}
+
+static int value_traverse(ValueObject *self, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->library);
+    Py_VISIT(self->ctx);
+    Py_VISIT(self->ptr);
+    Py_VISIT(self->status);
+    Py_VISIT(self->free_fn);
+    Py_VISIT(self->keep);
+    Py_VISIT(self->aliases);
+    Py_VISIT(self->kind);
+    Py_VISIT(self->shape);
+    Py_VISIT((PyObject *)self->state);
+    return 0;
+}
+
+static int value_clear(ValueObject *self) {
+    Py_CLEAR(self->library);
+    Py_CLEAR(self->ctx);
+    Py_CLEAR(self->ptr);
+    Py_CLEAR(self->status);
+    Py_CLEAR(self->free_fn);
+    Py_CLEAR(self->keep);
+    Py_CLEAR(self->aliases);
+    Py_CLEAR(self->kind);
+    Py_CLEAR(self->shape);
+    Py_CLEAR(self->state);
+    return 0;
+}
+
+static void value_dealloc(ValueObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+    value_clear(self);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef value_members[] = {
+    {"library", T_OBJECT_EX, offsetof(ValueObject, library), 0, NULL},
+    {"_status", T_OBJECT_EX, offsetof(ValueObject, status), 0, "None while live; else why it is unusable"},
+    {"_keep", T_OBJECT_EX, offsetof(ValueObject, keep), 0, "an object that must outlive the value"},
+    {"_aliases", T_OBJECT_EX, offsetof(ValueObject, aliases), 0, "handles that may share memory (aliases.py)"},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(ValueObject, weakreflist), READONLY, NULL},
+    {NULL},
+};
+
+static PyGetSetDef value_getset[] = {
+    {"_ptr", (getter)value_get__ptr, (setter)value_set__ptr, NULL, NULL},
+    {"_ctx", (getter)value_get__ctx, (setter)value_set__ctx, NULL, NULL},
+    {"_free_fn", (getter)value_get__free_fn, (setter)value_set__free_fn, NULL, NULL},
+    {"ptr", (getter)value_get_ptr, NULL, "The C pointer; raises InvalidHandleError after free/consume/close.", NULL},
+    {NULL},
+};
+
+static PyMethodDef value_methods[] = {
+    {"free", (PyCFunction)value_free, METH_NOARGS, "Release this reference now. Idempotent."},
+    {"_release", (PyCFunction)value__release, METH_O, NULL},
+    {"_mark_consumed", (PyCFunction)value__mark_consumed, METH_O, NULL},
+    {NULL},
+};
+
+static PyType_Slot value_slots[] = {
+    {Py_tp_dealloc, value_dealloc},
+    {Py_tp_traverse, value_traverse},
+    {Py_tp_clear, value_clear},
+    {Py_tp_finalize, value_finalize},
+    {Py_tp_members, value_members},
+    {Py_tp_getset, value_getset},
+    {Py_tp_methods, value_methods},
+    {Py_tp_doc, "Storage and lifetime of a handle (handles.Value subclasses it)."},
+    {0, NULL},
+};
+
+static PyType_Spec value_spec = {"pybridge.futhark._callpath.Value", sizeof(ValueObject), 0,
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_FINALIZE,
+                                 value_slots};
+
+static PyMemberDef array_members[] = {
+    {"atype", T_OBJECT_EX, offsetof(ValueObject, kind), 0, "the kinds.ArrayKind of this array's type"},
+    {"_shape", T_OBJECT_EX, offsetof(ValueObject, shape), 0, NULL},
+    {NULL},
+};
+static PyObject *array_dlpack(ValueObject *self, PyObject *args, PyObject *kw);
+static PyMethodDef array_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))array_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "DLPack export, no copy (interop.futhark_dlpack; its common case here)."},
+    {NULL},
+};
+static PyType_Slot array_slots[] = {{Py_tp_members, array_members}, {Py_tp_methods, array_methods}, {0, NULL}};
+static PyType_Spec array_spec = {"pybridge.futhark._callpath.ArrayBase", sizeof(ValueObject), 0,
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, array_slots};
+
+static PyMemberDef opaque_members[] = {
+    {"otype", T_OBJECT_EX, offsetof(ValueObject, kind), 0, "the kinds.OpaqueKind of this value's type"},
+    {NULL},
+};
+static PyType_Slot opaque_slots[] = {{Py_tp_members, opaque_members}, {0, NULL}};
+static PyType_Spec opaque_spec = {"pybridge.futhark._callpath.OpaqueBase", sizeof(ValueObject), 0,
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, opaque_slots};
+
+/* ------------------------------------------------------------------ Plan */
+
+typedef struct {
+    int code, fast;
+    PyObject *conv, *kind, *htype, *what, *consumed_by;
+    PyObject *consumed; /* the status a consumed argument gets, made with the plan: the call makes no
+                         * object for it, and no Python code (str() of `consumed_by`) runs there */
+    int shared;
+} InSpec;
+
+typedef struct {
+    int code;
+    PyObject *kind, *htype, *free_fn, *buf;
+    free_fn_c free_c;
+    char *buf_data;
+    int shared;
+} OutSpec;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *ep, *library, *ctx, *cfun;
+    StateObject *state;
+    shim_fn shim;
+    int sync;
+    Py_ssize_t n_in, n_out;
+    InSpec *ins;
+    OutSpec *outs;
+} PlanObject;
+
+static const Py_ssize_t slot_size[] = {1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 1};
+
+static int plan_traverse(PlanObject *p, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(p));
+    Py_VISIT(p->ep);
+    Py_VISIT(p->library);
+    Py_VISIT(p->ctx);
+    Py_VISIT(p->cfun);
+    Py_VISIT((PyObject *)p->state);
+    for (Py_ssize_t i = 0; p->ins && i < p->n_in; i++) {
+        Py_VISIT(p->ins[i].conv);
+        Py_VISIT(p->ins[i].kind);
+        Py_VISIT(p->ins[i].htype);
+        Py_VISIT(p->ins[i].what);
+        Py_VISIT(p->ins[i].consumed_by);
+        Py_VISIT(p->ins[i].consumed);
+    }
+    for (Py_ssize_t k = 0; p->outs && k < p->n_out; k++) {
+        Py_VISIT(p->outs[k].kind);
+        Py_VISIT(p->outs[k].htype);
+        Py_VISIT(p->outs[k].free_fn);
+        Py_VISIT(p->outs[k].buf);
+    }
+    return 0;
+}
+
+static int plan_clear(PlanObject *p) {
+    Py_CLEAR(p->ep);
+    Py_CLEAR(p->library);
+    Py_CLEAR(p->ctx);
+    Py_CLEAR(p->cfun);
+    Py_CLEAR(p->state);
+    for (Py_ssize_t i = 0; p->ins && i < p->n_in; i++) {
+        Py_CLEAR(p->ins[i].conv);
+        Py_CLEAR(p->ins[i].kind);
+        Py_CLEAR(p->ins[i].htype);
+        Py_CLEAR(p->ins[i].what);
+        Py_CLEAR(p->ins[i].consumed_by);
+        Py_CLEAR(p->ins[i].consumed);
+    }
+    for (Py_ssize_t k = 0; p->outs && k < p->n_out; k++) {
+        Py_CLEAR(p->outs[k].kind);
+        Py_CLEAR(p->outs[k].htype);
+        Py_CLEAR(p->outs[k].free_fn);
+        Py_CLEAR(p->outs[k].buf);
+    }
+    return 0;
+}
+
+static void plan_dealloc(PlanObject *p) {
+    PyTypeObject *tp = Py_TYPE(p);
+    PyObject_GC_UnTrack(p);
+    plan_clear(p);
+    PyMem_Free(p->ins);
+    PyMem_Free(p->outs);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(p);
+    Py_DECREF(tp);
+}
+
+static PyObject *none_to_null(PyObject *o) {
+    if (o == Py_None) return NULL;
+    Py_INCREF(o);
+    return o;
+}
+
+/* Plan(ep, state, shim_address, sync, cfun, inputs, outputs): see callplan.compiled_plan. */
+static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *ep, *state, *shim_addr, *cfun, *inputs, *outputs;
+    int sync;
+    if (!PyArg_ParseTuple(args, "OOOpUO!O!:Plan", &ep, &state, &shim_addr, &sync, &cfun, &PyTuple_Type, &inputs,
+                          &PyTuple_Type, &outputs))
+        return NULL;
+    if (!IS_STATE(state)) {
+        PyErr_SetString(PyExc_TypeError, "Plan: state must be a _callpath.State");
+        return NULL;
+    }
+    Py_ssize_t n_in = PyTuple_Size(inputs), n_out = PyTuple_Size(outputs);
+    if (n_in > MAX_ARGS || n_out > MAX_ARGS) {
+        PyErr_SetString(PyExc_ValueError, "Plan: too many inputs or outputs");
+        return NULL;
+    }
+    void *shim = PyLong_AsVoidPtr(shim_addr);
+    if (shim == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Plan: null shim");
+        return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    PlanObject *p = (PlanObject *)alloc(type, 0);
+    if (p == NULL) return NULL;
+    p->ins = PyMem_Calloc(n_in ? n_in : 1, sizeof(InSpec));
+    p->outs = PyMem_Calloc(n_out ? n_out : 1, sizeof(OutSpec));
+    if (p->ins == NULL || p->outs == NULL) {
+        Py_DECREF(p);
+        return PyErr_NoMemory();
+    }
+    p->n_in = n_in;
+    p->n_out = n_out;
+    Py_INCREF(ep);
+    p->ep = ep;
+    Py_INCREF(state);
+    p->state = (StateObject *)state;
+    p->library = PyObject_GetAttrString(ep, "library");
+    p->ctx = p->library ? PyObject_GetAttrString(p->library, "context") : NULL;
+    if (p->ctx == NULL) goto fail;
+    Py_INCREF(cfun);
+    p->cfun = cfun;
+    p->shim = (shim_fn)shim;
+    p->sync = sync;
+    for (Py_ssize_t i = 0; i < n_in; i++) {
+        InSpec *s = &p->ins[i];
+        PyObject *conv, *kind, *htype, *what, *by;
+        if (!PyArg_ParseTuple(PyTuple_GetItem(inputs, i), "iiOOOOOp:input", &s->code, &s->fast, &conv, &kind, &htype,
+                              &what, &by, &s->shared))
+            goto fail;
+        if (s->code < 0 || s->code > C_OPAQUE) {
+            PyErr_SetString(PyExc_ValueError, "Plan: bad input code");
+            goto fail;
+        }
+        s->conv = none_to_null(conv);
+        s->kind = none_to_null(kind);
+        s->htype = none_to_null(htype);
+        s->what = none_to_null(what);
+        s->consumed_by = none_to_null(by);
+        if (s->consumed_by != NULL && (s->consumed = consumed_status(s->consumed_by)) == NULL) goto fail;
+        if (s->code >= C_ARRAY && (s->htype == NULL || !PyType_Check(s->htype))) {
+            PyErr_SetString(PyExc_TypeError, "Plan: a handle input needs its handle type");
+            goto fail;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n_out; k++) {
+        OutSpec *o = &p->outs[k];
+        PyObject *kind, *htype, *free_fn, *free_addr, *buf, *buf_addr;
+        if (!PyArg_ParseTuple(PyTuple_GetItem(outputs, k), "iOOOOOOp:output", &o->code, &kind, &htype, &free_fn,
+                              &free_addr, &buf, &buf_addr, &o->shared))
+            goto fail;
+        if (o->code < 0 || o->code > C_OPAQUE) {
+            PyErr_SetString(PyExc_ValueError, "Plan: bad output code");
+            goto fail;
+        }
+        o->kind = none_to_null(kind);
+        o->htype = none_to_null(htype);
+        o->free_fn = none_to_null(free_fn);
+        o->buf = none_to_null(buf);
+        if (o->code >= C_ARRAY) {
+            o->free_c = (free_fn_c)PyLong_AsVoidPtr(free_addr);
+            if (o->free_c == NULL || o->htype == NULL || !PyType_Check(o->htype)) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Plan: a handle output needs its type and free");
+                goto fail;
+            }
+        } else {
+            o->buf_data = PyLong_AsVoidPtr(buf_addr);
+            if (o->buf_data == NULL || o->buf == NULL) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Plan: a scalar output needs its buffer");
+                goto fail;
+            }
+        }
+    }
+    return (PyObject *)p;
+fail:
+    Py_DECREF(p);
+    return NULL;
+}
+
+static int in_tuple(PyObject *t, PyObject *type) {
+    Py_ssize_t n = PyTuple_Size(t);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (PyTuple_GetItem(t, i) == type) return 1;
+    return 0;
+}
+
+/* Whether v's exact type is one cffi takes as it is for `code` (callplan._PASS; f32 is apart). */
+static int passes(int code, PyObject *v) {
+    PyObject *t = (PyObject *)Py_TYPE(v);
+    switch (code) {
+    case C_I8: case C_I16: case C_I32: case C_I64: case C_U8: case C_U16: case C_U32: case C_U64:
+        return PyLong_CheckExact(v) || in_tuple(np_int_types, t);
+    case C_F64:
+        return PyFloat_CheckExact(v) || t == np_float64 || t == np_float32 || t == np_float16;
+    case C_BOOL:
+        return PyBool_Check(v) || t == np_bool;
+    default:
+        return 0;
+    }
+}
+
+/* v (an accepted type, or a converter's result) into a slot as cffi converts it: 0, 1 for an
+ * integer out of range (cffi's OverflowError), -1 for another error. */
+static int to_slot(int code, PyObject *v, pybridge_slot *s) {
+    if (code <= C_F16) {
+        PyObject *n = PyNumber_Index(v);
+        if (n == NULL) return -1;
+        int ovf = 0, bad = 0;
+        long long x = PyLong_AsLongLongAndOverflow(n, &ovf);
+        if (x == -1 && PyErr_Occurred()) {
+            Py_DECREF(n);
+            return -1;
+        }
+        if (code == C_U64) {
+            if (ovf > 0) {
+                unsigned long long u = PyLong_AsUnsignedLongLong(n);
+                Py_DECREF(n);
+                if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+                    PyErr_Clear();
+                    return 1;
+                }
+                s->u64 = u;
+                return 0;
+            }
+            bad = ovf < 0 || x < 0;
+            s->u64 = (uint64_t)x;
+        } else {
+            bad = ovf != 0;
+            switch (code) {
+            case C_I8: bad |= x < INT8_MIN || x > INT8_MAX; s->i8 = (int8_t)x; break;
+            case C_I16: bad |= x < INT16_MIN || x > INT16_MAX; s->i16 = (int16_t)x; break;
+            case C_I32: bad |= x < INT32_MIN || x > INT32_MAX; s->i32 = (int32_t)x; break;
+            case C_I64: s->i64 = (int64_t)x; break;
+            case C_U8: bad |= x < 0 || x > UINT8_MAX; s->u8 = (uint8_t)x; break;
+            case C_U16: case C_F16: bad |= x < 0 || x > UINT16_MAX; s->u16 = (uint16_t)x; break;
+            case C_U32: bad |= x < 0 || x > UINT32_MAX; s->u32 = (uint32_t)x; break;
+            }
+        }
+        Py_DECREF(n);
+        return bad;
+    }
+    if (code == C_F32 || code == C_F64) {
+        double d = PyFloat_AsDouble(v);
+        if (d == -1.0 && PyErr_Occurred()) return -1;
+        if (code == C_F32) s->f32 = (float)d;
+        else s->f64 = d;
+        return 0;
+    }
+    int t = PyObject_IsTrue(v); /* bool and np.bool_ only reach here */
+    if (t < 0) return -1;
+    s->b = t;
+    return 0;
+}
+
+/* context._State.free_orphan: free the value registered under `key`, whose handle is gone (a
+ * __del__ that an interrupt cut short left it; a new handle at the same address is about to
+ * register). The pointer is made while the entry is still registered, then the entry goes and the
+ * free follows with no Python code in between (cffi's cast and call run none). Lock held. */
+static int free_orphan(StateObject *s, PyObject *key) {
+    PyObject *entry = PyDict_GetItemWithError(s->values, key);
+    if (entry == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_Check(entry) || PyTuple_Size(entry) != 2) {
+        PyErr_SetString(PyExc_TypeError, "a registry entry is (free function, pointer)");
+        return -1;
+    }
+    PyObject *free_obj = PyTuple_GetItem(entry, 0), *ptr = PyTuple_GetItem(entry, 1), *ctx = NULL;
+    Py_INCREF(free_obj);
+    if (PyLong_CheckExact(ptr)) { /* registered by a plan: an address */
+        PyObject *ffi = PyObject_GetAttr((PyObject *)s, s_ffi);
+        ptr = ffi == NULL ? NULL : PyObject_CallMethodObjArgs(ffi, s_cast, s_voidp, ptr, NULL);
+        Py_XDECREF(ffi);
+    } else {
+        Py_INCREF(ptr);
+    }
+    if (ptr != NULL) ctx = PyObject_GetAttr((PyObject *)s, s_ctx);
+    int rc = -1;
+    if (ctx != NULL && PyDict_DelItem(s->values, key) == 0) {
+        PyObject *r = PyObject_CallFunctionObjArgs(free_obj, ctx, ptr, NULL);
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(free_obj);
+    Py_XDECREF(ptr);
+    Py_XDECREF(ctx);
+    return rc;
+}
+
+/* A handle owning a result (ArrayHandle/OpaqueHandle.__init__ as attribute stores, registered
+ * last, after freeing an orphan registered under its id); NULL with the value freed if it cannot
+ * be made. Lock held. */
+static PyObject *make_handle(StateObject *state, PyObject *library, PyObject *ctx, OutSpec *o, void *raw) {
+    PyTypeObject *ht = (PyTypeObject *)o->htype;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(ht, Py_tp_alloc);
+    ValueObject *h = (ValueObject *)alloc(ht, 0);
+    PyObject *key = NULL, *addr = NULL, *entry = NULL;
+    if (h == NULL) goto fail;
+    Py_INCREF(o->kind);
+    h->kind = o->kind;
+    if (o->code == C_ARRAY) {
+        Py_INCREF(Py_None);
+        h->shape = Py_None;
+    }
+    Py_INCREF(library);
+    h->library = library;
+    Py_INCREF(ctx);
+    h->ctx = ctx;
+    Py_INCREF(state);
+    h->state = state;
+    h->raw = raw;
+    h->has_raw = 1;
+    Py_INCREF(o->free_fn);
+    h->free_fn = o->free_fn;
+    h->free_c = o->free_c;
+    Py_INCREF(Py_None);
+    h->status = Py_None;
+    Py_INCREF(Py_None);
+    h->keep = Py_None;
+    Py_INCREF(Py_None);
+    h->aliases = Py_None;
+    key = PyLong_FromVoidPtr(h);
+    addr = PyLong_FromVoidPtr(raw);
+    if (key == NULL || addr == NULL) goto fail;
+    entry = PyTuple_Pack(2, o->free_fn, addr);
+    if (entry == NULL) goto fail;
+    if (state->open && free_orphan(state, key) < 0) goto fail;
+    if (PyDict_SetItem(state->values, key, entry) < 0) goto fail;
+    Py_DECREF(key);
+    Py_DECREF(addr);
+    Py_DECREF(entry);
+    return (PyObject *)h;
+fail: { /* nobody will see this value: free it, and leave the handle nothing to free */
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        o->free_c((void *)(uintptr_t)state->raw_ctx, raw);
+        if (h != NULL) {
+            Py_INCREF(s_freed);
+            Py_XSETREF(h->status, s_freed);
+        }
+        PyErr_Restore(t, v, tb);
+    }
+    Py_XDECREF(h);
+    Py_XDECREF(key);
+    Py_XDECREF(addr);
+    Py_XDECREF(entry);
+    return NULL;
+}
+
+static PyObject *take_result(PlanObject *p, OutSpec *o, void *raw) {
+    return make_handle(p->state, p->library, p->ctx, o, raw);
+}
+
+static PyObject *call_general(PlanObject *p, PyObject *values) {
+    return PyObject_CallMethodObjArgs(p->ep, s_general, values, NULL);
+}
+
+/* Non-unique handle results join the non-unique handle arguments' alias group (callplan.py). */
+static int link_results(PlanObject *p, PyObject **a, PyObject **res) {
+    PyObject *ins[MAX_ARGS], *outs[MAX_ARGS];
+    Py_ssize_t ni = 0, no = 0;
+    for (Py_ssize_t k = 0; k < p->n_out; k++)
+        if (p->outs[k].code >= C_ARRAY && p->outs[k].shared) outs[no++] = res[k];
+    if (no == 0) return 0;
+    for (Py_ssize_t i = 0; i < p->n_in; i++)
+        if (p->ins[i].code >= C_ARRAY && p->ins[i].shared) ins[ni++] = a[i];
+    if (no + ni < 2) return 0;
+    if (ni > 0) { /* the common case, inlined: the arguments on one group's root already */
+        PyObject *g = ((ValueObject *)ins[0])->aliases;
+        int same = g != NULL && g != Py_None;
+        for (Py_ssize_t i = 1; same && i < ni; i++) same = ((ValueObject *)ins[i])->aliases == g;
+        if (same) {
+            PyObject *parent = PyObject_GetAttr(g, s_parent);
+            if (parent == NULL) return -1;
+            same = parent == Py_None;
+            Py_DECREF(parent);
+        }
+        if (same) {
+            PyObject *live = PyObject_GetAttr(g, s_live);
+            if (live == NULL) return -1;
+            PyObject *add = PyLong_FromSsize_t(no), *nl = add ? PyNumber_Add(live, add) : NULL;
+            Py_DECREF(live);
+            Py_XDECREF(add);
+            if (nl == NULL) return -1;
+            for (Py_ssize_t k = 0; k < no; k++) {
+                Py_INCREF(g);
+                Py_XSETREF(((ValueObject *)outs[k])->aliases, g);
+            }
+            int r = PyObject_SetAttr(g, s_live, nl);
+            Py_DECREF(nl);
+            return r;
+        }
+    }
+    PyObject *list = PyList_New(ni + no);
+    if (list == NULL) return -1;
+    for (Py_ssize_t i = 0; i < ni; i++) {
+        Py_INCREF(ins[i]);
+        PyList_SetItem(list, i, ins[i]);
+    }
+    for (Py_ssize_t k = 0; k < no; k++) {
+        Py_INCREF(outs[k]);
+        PyList_SetItem(list, ni + k, outs[k]);
+    }
+    PyObject *r = PyObject_CallFunctionObjArgs(join_fn, list, NULL);
+    Py_DECREF(list);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Futhark's error for a failed call: the message taken (and freed) here, the exception built by
+ * context.error_for_message, then EntryPoint._explained. */
+static void raise_failed(PlanObject *p, int rc, char *msg, PyObject *args) {
+    PyObject *text;
+    if (msg != NULL) {
+        text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+        free(msg);
+    } else {
+        text = PyUnicode_FromString("");
+    }
+    if (text == NULL) return;
+    PyObject *e = PyObject_CallFunction(error_for_message, "iOO", rc, text, p->cfun);
+    Py_DECREF(text);
+    if (e == NULL) return;
+    PyObject *x = PyObject_CallMethodObjArgs(p->ep, s_explained, e, args, NULL);
+    Py_DECREF(e);
+    if (x == NULL) return;
+    PyErr_SetObject((PyObject *)Py_TYPE(x), x);
+    Py_DECREF(x);
+}
+
+static PyObject *plan_call(PlanObject *p, PyObject *args, PyObject *kwargs) {
+    Py_ssize_t n = PyTuple_Size(args);
+    if ((kwargs != NULL && PyDict_Size(kwargs) > 0) || n != p->n_in) {
+        PyObject *kw = kwargs ? kwargs : PyDict_New();
+        if (kw == NULL) return NULL;
+        PyObject *bound = PyObject_CallMethodObjArgs(p->ep, s_bind, args, kw, NULL);
+        if (kwargs == NULL) Py_DECREF(kw);
+        if (bound == NULL) return NULL;
+        PyObject *r = call_general(p, bound);
+        Py_DECREF(bound);
+        return r;
+    }
+    PyObject *a[MAX_ARGS];         /* the arguments, after their converters (owned) */
+    PyObject *res[MAX_ARGS];       /* results (owned) */
+    pybridge_slot in_slots[MAX_ARGS], out_slots[MAX_ARGS];
+    void *out_ptrs[MAX_ARGS];
+    Py_ssize_t n_a = 0, n_res = 0, i, k;
+    PyObject *ret = NULL;
+    StateObject *s = p->state;
+    int locked = 0;
+
+    /* Before the lock: type tests and conversions, in parameter order (the Python plan's `pre`). */
+    for (i = 0; i < n; i++, n_a++) {
+        PyObject *v = PyTuple_GetItem(args, i);
+        InSpec *in = &p->ins[i];
+        if (in->code >= C_ARRAY) {
+            if ((PyObject *)Py_TYPE(v) != in->htype || ((ValueObject *)v)->kind != in->kind) goto general;
+            Py_INCREF(v);
+        } else if (!in->fast) {
+            v = PyObject_CallFunctionObjArgs(in->conv, v, NULL);
+            if (v == NULL) goto done;
+        } else if (in->code == C_F32) {
+            /* np.float32 as it is; a float or np.float64 within f32's range as a float */
+            PyObject *t = (PyObject *)Py_TYPE(v);
+            if (t == np_float32) {
+                Py_INCREF(v);
+            } else if (t == (PyObject *)&PyFloat_Type || t == np_float64) {
+                double d = PyFloat_AsDouble(v);
+                if (d == -1.0 && PyErr_Occurred()) goto done;
+                if (-f32_max <= d && d <= f32_max) { /* NaN fails both tests */
+                    Py_INCREF(v);
+                } else {
+                    v = PyObject_CallFunctionObjArgs(in->conv, v, NULL);
+                    if (v == NULL) goto done;
+                }
+            } else {
+                v = PyObject_CallFunctionObjArgs(in->conv, v, NULL);
+                if (v == NULL) goto done;
+            }
+        } else if (passes(in->code, v)) {
+            Py_INCREF(v);
+        } else {
+            v = PyObject_CallFunctionObjArgs(in->conv, v, NULL);
+            if (v == NULL) goto done;
+        }
+        a[i] = v;
+    }
+    for (i = 0; i < n; i++) { /* consumed handles: passed twice, or sharing memory with a live one */
+        if (p->ins[i].consumed_by == NULL) continue;
+        for (Py_ssize_t j = 0; j < n; j++)
+            if (j != i && p->ins[j].code >= C_ARRAY && a[j] == a[i]) goto general;
+        PyObject *g = ((ValueObject *)a[i])->aliases;
+        if (g != NULL && g != Py_None) {
+            PyObject *r = PyObject_CallFunctionObjArgs(shared_fn, a[i], NULL);
+            if (r == NULL) goto done;
+            int t = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (t < 0) goto done;
+            if (t) goto general;
+        }
+    }
+
+    if (state_lock(s) < 0) goto done;
+    locked = 1;
+    if (!s->open) {
+        PyErr_SetObject(InvalidHandleError, s_closed_msg);
+        goto done;
+    }
+    for (i = 0; i < n; i++) { /* still live: another thread may have freed or consumed it */
+        InSpec *in = &p->ins[i];
+        if (in->code < C_ARRAY) continue;
+        ValueObject *h = (ValueObject *)a[i];
+        if (h->status != Py_None) {
+            PyObject *r = PyObject_CallMethodObjArgs((PyObject *)h, s_live_ptr, in->what, NULL);
+            if (r == NULL) goto done;
+            Py_DECREF(r);
+        }
+        if (value_raw(h, &in_slots[i].p) < 0) goto done;
+    }
+    for (i = 0; i < n; i++) {
+        int code = p->ins[i].code;
+        if (code >= C_ARRAY) continue;
+        int r = to_slot(code, a[i], &in_slots[i]);
+        if (r < 0) goto done;
+        if (r > 0) { /* out of range (cffi's OverflowError): the converters' error names the parameter */
+            PyObject *x = PyObject_CallMethodObjArgs(p->ep, s_convert_scalars, args, NULL);
+            if (x != NULL) {
+                Py_DECREF(x);
+                PyErr_Format(PyExc_OverflowError, "%U: an argument is out of range for its C type", p->cfun);
+            }
+            goto done;
+        }
+    }
+    for (k = 0; k < p->n_out; k++) out_ptrs[k] = &out_slots[k];
+
+    char *err = NULL;
+    int rc;
+    {
+        void *ctx = (void *)(uintptr_t)s->raw_ctx;
+        shim_fn shim = p->shim;
+        int sync = p->sync;
+        Py_BEGIN_ALLOW_THREADS
+        rc = shim(ctx, sync, &err, out_ptrs, in_slots);
+        Py_END_ALLOW_THREADS
+    }
+    /* The bookkeeping runs whatever happens next: results owned, consumed arguments freed. */
+    int failed = 0;
+    if (rc == 0) {
+        for (k = 0; k < p->n_out; k++) {
+            OutSpec *o = &p->outs[k];
+            res[k] = NULL;
+            if (o->code < C_ARRAY) continue;
+            if (failed) { /* an earlier result could not be made: free this one */
+                o->free_c((void *)(uintptr_t)s->raw_ctx, out_slots[k].p);
+                continue;
+            }
+            res[k] = take_result(p, o, out_slots[k].p);
+            if (res[k] == NULL) failed = 1;
+        }
+        n_res = p->n_out;
+    }
+    for (i = 0; i < n; i++) {
+        InSpec *in = &p->ins[i];
+        if (in->consumed_by == NULL) continue;
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        int r = value_release_impl((ValueObject *)a[i], in->consumed, 1);
+        if (t != NULL) { /* the first error wins */
+            if (r < 0) PyErr_Clear();
+            PyErr_Restore(t, v, tb);
+        } else if (r < 0) {
+            failed = 1;
+        }
+    }
+    if (rc != 0) {
+        if (failed) {
+            free(err);
+        } else {
+            raise_failed(p, rc, err, args);
+        }
+        goto done;
+    }
+    if (failed) goto done;
+    if (link_results(p, a, res) < 0) goto done;
+    for (k = 0; k < p->n_out; k++) {
+        OutSpec *o = &p->outs[k];
+        if (o->code >= C_ARRAY) continue;
+        memcpy(o->buf_data, &out_slots[k], slot_size[o->code]);
+        res[k] = PySequence_GetItem(o->buf, 0);
+        if (res[k] == NULL) goto done;
+    }
+    if (p->n_out == 1) {
+        ret = res[0];
+        res[0] = NULL;
+    } else {
+        ret = PyTuple_New(p->n_out);
+        if (ret == NULL) goto done;
+        for (k = 0; k < p->n_out; k++) {
+            PyTuple_SetItem(ret, k, res[k]);
+            res[k] = NULL;
+        }
+    }
+done:
+    if (locked) state_unlock(s);
+    for (k = 0; k < n_res; k++) Py_XDECREF(res[k]);
+    for (i = 0; i < n_a; i++) Py_DECREF(a[i]);
+    return ret;
+general:
+    for (i = 0; i < n_a; i++) Py_DECREF(a[i]);
+    return call_general(p, args);
+}
+
+static PyType_Slot plan_slots[] = {
+    {Py_tp_dealloc, plan_dealloc},
+    {Py_tp_traverse, plan_traverse},
+    {Py_tp_clear, plan_clear},
+    {Py_tp_call, plan_call},
+    {Py_tp_new, plan_new},
+    {Py_tp_doc, "One entry point's call plan in C (callplan.py's compiled function, mirrored)."},
+    {0, NULL},
+};
+
+static PyType_Spec plan_spec = {"pybridge.futhark._callpath.Plan", sizeof(PlanObject), 0,
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, plan_slots};
+
+/* ------------------------------------------------------------------ RawNew */
+
+/* ArrayKind's new_raw for a plain request (an int address, a shape of `rank` non-negative ints):
+ * the lock, the open check, Futhark's new_raw with the GIL released, the handle made and
+ * registered as a plan's result is (make_handle), the owner kept (kinds.py mirrors it in Python). */
+#define RAW_MAX_RANK 8
+
+typedef struct {
+    PyObject_HEAD
+    StateObject *state;
+    PyObject *library, *ctx, *what;
+    OutSpec out;
+    void *fn;
+    int rank;
+} RawNewObject;
+
+static int rawnew_traverse(RawNewObject *r, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(r));
+    Py_VISIT((PyObject *)r->state);
+    Py_VISIT(r->library);
+    Py_VISIT(r->ctx);
+    Py_VISIT(r->what);
+    Py_VISIT(r->out.kind);
+    Py_VISIT(r->out.htype);
+    Py_VISIT(r->out.free_fn);
+    return 0;
+}
+
+static int rawnew_clear(RawNewObject *r) {
+    Py_CLEAR(r->state);
+    Py_CLEAR(r->library);
+    Py_CLEAR(r->ctx);
+    Py_CLEAR(r->what);
+    Py_CLEAR(r->out.kind);
+    Py_CLEAR(r->out.htype);
+    Py_CLEAR(r->out.free_fn);
+    return 0;
+}
+
+static void rawnew_dealloc(RawNewObject *r) {
+    PyTypeObject *tp = Py_TYPE(r);
+    PyObject_GC_UnTrack(r);
+    rawnew_clear(r);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(r);
+    Py_DECREF(tp);
+}
+
+/* RawNew(state, library, kind, handle_type, new_raw_address, free_function, free_address, rank, what) */
+static PyObject *rawnew_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *state, *library, *kind, *htype, *fn_addr, *free_fn, *free_addr, *what;
+    int rank;
+    if (!PyArg_ParseTuple(args, "OOOO!OOOiU:RawNew", &state, &library, &kind, &PyType_Type, &htype, &fn_addr, &free_fn,
+                          &free_addr, &rank, &what))
+        return NULL;
+    if (!IS_STATE(state)) {
+        PyErr_SetString(PyExc_TypeError, "RawNew: state must be a _callpath.State");
+        return NULL;
+    }
+    if (rank < 1 || rank > RAW_MAX_RANK) {
+        PyErr_Format(PyExc_ValueError, "RawNew: rank %d is not in 1..%d", rank, RAW_MAX_RANK);
+        return NULL;
+    }
+    void *fn = PyLong_AsVoidPtr(fn_addr), *free_c = fn ? PyLong_AsVoidPtr(free_addr) : NULL;
+    if (fn == NULL || free_c == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "RawNew: null function");
+        return NULL;
+    }
+    PyObject *ctx = PyObject_GetAttrString(library, "context");
+    if (ctx == NULL) return NULL;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    RawNewObject *r = (RawNewObject *)alloc(type, 0);
+    if (r == NULL) {
+        Py_DECREF(ctx);
+        return NULL;
+    }
+    r->ctx = ctx;
+    Py_INCREF(state);
+    r->state = (StateObject *)state;
+    Py_INCREF(library);
+    r->library = library;
+    Py_INCREF(what);
+    r->what = what;
+    r->out.code = C_ARRAY;
+    Py_INCREF(kind);
+    r->out.kind = kind;
+    Py_INCREF(htype);
+    r->out.htype = htype;
+    Py_INCREF(free_fn);
+    r->out.free_fn = free_fn;
+    r->out.free_c = (free_fn_c)free_c;
+    r->fn = fn;
+    r->rank = rank;
+    return (PyObject *)r;
+}
+
+typedef void *(*raw_fn1)(void *, uint64_t, int64_t);
+typedef void *(*raw_fn2)(void *, uint64_t, int64_t, int64_t);
+typedef void *(*raw_fn3)(void *, uint64_t, int64_t, int64_t, int64_t);
+typedef void *(*raw_fn4)(void *, uint64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void *(*raw_fn5)(void *, uint64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void *(*raw_fn6)(void *, uint64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void *(*raw_fn7)(void *, uint64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void *(*raw_fn8)(void *, uint64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+
+static void *raw_call(void *fn, int rank, void *ctx, uint64_t data, const int64_t *d) {
+    switch (rank) {
+    case 1: return ((raw_fn1)fn)(ctx, data, d[0]);
+    case 2: return ((raw_fn2)fn)(ctx, data, d[0], d[1]);
+    case 3: return ((raw_fn3)fn)(ctx, data, d[0], d[1], d[2]);
+    case 4: return ((raw_fn4)fn)(ctx, data, d[0], d[1], d[2], d[3]);
+    case 5: return ((raw_fn5)fn)(ctx, data, d[0], d[1], d[2], d[3], d[4]);
+    case 6: return ((raw_fn6)fn)(ctx, data, d[0], d[1], d[2], d[3], d[4], d[5]);
+    case 7: return ((raw_fn7)fn)(ctx, data, d[0], d[1], d[2], d[3], d[4], d[5], d[6]);
+    default: return ((raw_fn8)fn)(ctx, data, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+    }
+}
+
+/* (address, shape, owner) -> the handle. The caller (kinds.py) passes what it checked: an int
+ * address and a tuple of `rank` non-negative ints; anything else is a TypeError here. */
+static PyObject *rawnew_call(RawNewObject *r, PyObject *args, PyObject *kw) {
+    PyObject *addr, *shape, *owner;
+    if (kw != NULL && PyDict_Size(kw) != 0) {
+        PyErr_SetString(PyExc_TypeError, "RawNew takes no keywords");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!O!O:RawNew", &PyLong_Type, &addr, &PyTuple_Type, &shape, &owner)) return NULL;
+    uint64_t data = PyLong_AsUnsignedLongLong(addr);
+    if (data == (uint64_t)-1 && PyErr_Occurred()) return NULL;
+    int64_t dims[RAW_MAX_RANK];
+    if (PyTuple_Size(shape) != r->rank) {
+        PyErr_Format(PyExc_TypeError, "RawNew: a shape of %d dimensions was expected", r->rank);
+        return NULL;
+    }
+    for (int i = 0; i < r->rank; i++) {
+        PyObject *d = PyTuple_GetItem(shape, i);
+        dims[i] = PyLong_Check(d) ? PyLong_AsLongLong(d) : -1;
+        if (dims[i] < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "RawNew: a shape of non-negative ints was expected");
+            return NULL;
+        }
+    }
+    StateObject *s = r->state;
+    if (state_lock(s) < 0) return NULL;
+    PyObject *h = NULL;
+    if (!s->open) {
+        PyErr_SetObject(InvalidHandleError, s_closed_msg);
+        goto out;
+    }
+    void *raw;
+    {
+        void *ctx = (void *)(uintptr_t)s->raw_ctx, *fn = r->fn;
+        int rank = r->rank;
+        Py_BEGIN_ALLOW_THREADS
+        raw = raw_call(fn, rank, ctx, data, dims);
+        Py_END_ALLOW_THREADS
+    }
+    if (raw == NULL) { /* Futhark's error, read under the lock: ctx.error(None, what) as new_value */
+        PyObject *e = PyObject_CallMethod(r->ctx, "error", "OO", Py_None, r->what);
+        if (e != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+            Py_DECREF(e);
+        }
+        goto out;
+    }
+    h = make_handle(s, r->library, r->ctx, &r->out, raw);
+    if (h != NULL) {
+        Py_INCREF(owner);
+        Py_XSETREF(((ValueObject *)h)->keep, owner);
+    }
+out:
+    state_unlock(s);
+    return h;
+}
+
+static PyType_Slot rawnew_slots[] = {
+    {Py_tp_dealloc, rawnew_dealloc},
+    {Py_tp_traverse, rawnew_traverse},
+    {Py_tp_clear, rawnew_clear},
+    {Py_tp_call, rawnew_call},
+    {Py_tp_new, rawnew_new},
+    {Py_tp_doc, "ArrayKind.new_raw in C for an int address and a checked shape (kinds.py)."},
+    {0, NULL},
+};
+
+static PyType_Spec rawnew_spec = {"pybridge.futhark._callpath.RawNew", sizeof(RawNewObject), 0,
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, rawnew_slots};
+
+/* ------------------------------------------------------------------ stream order */
+
+/* ordering.EventSlot.try_order's two driver calls: cuEventRecord(event, producer), then, if that
+ * worked, cuStreamWaitEvent(waiter, event, 0). The GIL stays held across both, so no other thread
+ * records the event in between (the Python path holds the slot's lock for that). 0 when both
+ * worked, else (record's code, wait's code). */
+typedef int (*record_fn)(uintptr_t, uintptr_t);
+typedef int (*wait_fn)(uintptr_t, uintptr_t, unsigned int);
+
+static PyObject *order_streams(PyObject *m, PyObject *args) {
+    unsigned long long record, wait, event, waiter, producer;
+    if (!PyArg_ParseTuple(args, "KKKKK:order_streams", &record, &wait, &event, &waiter, &producer)) return NULL;
+    if (!record || !wait) {
+        PyErr_SetString(PyExc_ValueError, "order_streams: null driver function");
+        return NULL;
+    }
+    int rc = ((record_fn)(uintptr_t)record)((uintptr_t)event, (uintptr_t)producer), wrc = 0;
+    if (rc == 0) wrc = ((wait_fn)(uintptr_t)wait)((uintptr_t)waiter, (uintptr_t)event, 0);
+    if (rc == 0 && wrc == 0) return PyLong_FromLong(0);
+    return Py_BuildValue("(ii)", rc, wrc);
+}
+
+/* ------------------------------------------------------------------ Sync */
+
+/* Context.sync in C (context.py's method, mirrored): the lock, the open check, the sync with the
+ * GIL released, the host buffers kept until it dropped, Futhark's error raised by ctx.error(). It
+ * holds the context through a weak reference: the context holds it. */
+typedef struct {
+    PyObject_HEAD
+    StateObject *state;
+    PyObject *ctx_ref, *pending;
+    int (*sync)(void *);
+} SyncObject;
+
+static PyObject *sync_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *state, *ref, *pending, *addr;
+    if (!PyArg_ParseTuple(args, "OOO!O:Sync", &state, &ref, &PyList_Type, &pending, &addr)) return NULL;
+    if (!IS_STATE(state)) {
+        PyErr_SetString(PyExc_TypeError, "Sync: state must be a _callpath.State");
+        return NULL;
+    }
+    void *fn = PyLong_AsVoidPtr(addr);
+    if (fn == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Sync: null function");
+        return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    SyncObject *y = (SyncObject *)alloc(type, 0);
+    if (y == NULL) return NULL;
+    Py_INCREF(state);
+    y->state = (StateObject *)state;
+    Py_INCREF(ref);
+    y->ctx_ref = ref;
+    Py_INCREF(pending);
+    y->pending = pending;
+    y->sync = (int (*)(void *))fn;
+    return (PyObject *)y;
+}
+
+static void sync_dealloc(SyncObject *y) {
+    PyTypeObject *tp = Py_TYPE(y);
+    Py_CLEAR(y->state);
+    Py_CLEAR(y->ctx_ref);
+    Py_CLEAR(y->pending);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(y);
+    Py_DECREF(tp);
+}
+
+static PyObject *sync_call(SyncObject *y, PyObject *args, PyObject *kw) {
+    if (PyTuple_Size(args) != 0 || (kw != NULL && PyDict_Size(kw) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "sync() takes no arguments");
+        return NULL;
+    }
+    StateObject *s = y->state;
+    if (state_lock(s) < 0) return NULL;
+    PyObject *ret = NULL;
+    if (!s->open) {
+        PyErr_SetObject(InvalidHandleError, s_closed_msg);
+        goto out;
+    }
+    int rc;
+    {
+        void *ctx = (void *)(uintptr_t)s->raw_ctx;
+        int (*fn)(void *) = y->sync;
+        Py_BEGIN_ALLOW_THREADS
+        rc = fn(ctx);
+        Py_END_ALLOW_THREADS
+    }
+    if (PyList_Size(y->pending) > 0 && PyList_SetSlice(y->pending, 0, PY_SSIZE_T_MAX, NULL) < 0) goto out;
+    if (rc != 0) {
+        PyObject *ctx = PyObject_CallNoArgs(y->ctx_ref);
+        if (ctx == NULL) goto out;
+        PyObject *e = ctx == Py_None ? NULL : PyObject_CallMethod(ctx, "error", "is", rc, "futhark_context_sync");
+        if (ctx == Py_None) PyErr_SetObject(InvalidHandleError, s_closed_msg);
+        Py_DECREF(ctx);
+        if (e != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+            Py_DECREF(e);
+        }
+        goto out;
+    }
+    Py_INCREF(Py_None);
+    ret = Py_None;
+out:
+    state_unlock(s);
+    return ret;
+}
+
+static PyType_Slot sync_slots[] = {
+    {Py_tp_dealloc, sync_dealloc},
+    {Py_tp_call, sync_call},
+    {Py_tp_new, sync_new},
+    {Py_tp_doc, "Context.sync in C: wait for all outstanding work; errors of asynchronous work surface here."},
+    {0, NULL},
+};
+
+static PyType_Spec sync_spec = {"pybridge.futhark._callpath.Sync", sizeof(SyncObject), 0, Py_TPFLAGS_DEFAULT, sync_slots};
+
+/* ------------------------------------------------------------------ DLPack */
+
+typedef struct {
+    int32_t device_type, device_id;
+} DLDevice;
+typedef struct {
+    uint8_t code, bits;
+    uint16_t lanes;
+} DLDataType;
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape, *strides;
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *);
+} DLManagedTensor;
+typedef struct DLManagedTensorVersioned {
+    uint32_t major, minor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+
+/* One allocation: the managed tensor, then shape and strides. manager_ctx is the owner (a reference). */
+static void release_owner(void *owner, void *block) {
+    PyGILState_STATE g = PyGILState_Ensure(); /* the consumer may call the deleter from any thread */
+    Py_XDECREF((PyObject *)owner);
+    exports_alive--;
+    PyGILState_Release(g);
+    free(block);
+}
+
+static void legacy_deleter(DLManagedTensor *m) {
+    if (m != NULL) release_owner(m->manager_ctx, m);
+}
+static void versioned_deleter(DLManagedTensorVersioned *m) {
+    if (m != NULL) release_owner(m->manager_ctx, m);
+}
+
+static void capsule_destructor(PyObject *capsule) {
+    /* never consumed: it still owns the tensor (a consumed one was renamed "used_...") */
+    if (PyCapsule_IsValid(capsule, "dltensor")) {
+        legacy_deleter((DLManagedTensor *)PyCapsule_GetPointer(capsule, "dltensor"));
+    } else if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
+        versioned_deleter((DLManagedTensorVersioned *)PyCapsule_GetPointer(capsule, "dltensor_versioned"));
+    }
+}
+
+static PyObject *make_capsule(PyObject *ptr_o, PyObject *shape, int code, int bits, int device_type, int device_id,
+                              int versioned, int readonly, PyObject *owner) {
+    void *data = PyLong_AsVoidPtr(ptr_o);
+    if (data == NULL && PyErr_Occurred()) return NULL;
+    Py_ssize_t ndim = PyTuple_Size(shape);
+    size_t head = versioned ? sizeof(DLManagedTensorVersioned) : sizeof(DLManagedTensor);
+    head = (head + 7) & ~(size_t)7;
+    char *block = malloc(head + 2 * (size_t)(ndim ? ndim : 1) * sizeof(int64_t));
+    if (block == NULL) return PyErr_NoMemory();
+    int64_t *dims = (int64_t *)(block + head), *steps = dims + (ndim ? ndim : 1);
+    for (Py_ssize_t i = 0; i < ndim; i++) {
+        dims[i] = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
+        if (dims[i] == -1 && PyErr_Occurred()) {
+            free(block);
+            return NULL;
+        }
+    }
+    int64_t step = 1; /* C order, in elements (interop.c_contiguous_strides) */
+    for (Py_ssize_t i = ndim - 1; i >= 0; i--) {
+        steps[i] = step;
+        step *= dims[i] > 1 ? dims[i] : 1;
+    }
+    DLTensor *t;
+    if (versioned) {
+        DLManagedTensorVersioned *mv = (DLManagedTensorVersioned *)block;
+        memset(mv, 0, sizeof *mv);
+        mv->major = 1;
+        mv->minor = 0;
+        mv->manager_ctx = owner;
+        mv->deleter = versioned_deleter;
+        mv->flags = readonly ? 1 : 0;
+        t = &mv->dl_tensor;
+    } else {
+        DLManagedTensor *ml = (DLManagedTensor *)block;
+        memset(ml, 0, sizeof *ml);
+        ml->manager_ctx = owner;
+        ml->deleter = legacy_deleter;
+        t = &ml->dl_tensor;
+    }
+    t->data = data;
+    t->device.device_type = device_type;
+    t->device.device_id = device_id;
+    t->ndim = (int32_t)ndim;
+    t->dtype.code = (uint8_t)code;
+    t->dtype.bits = (uint8_t)bits;
+    t->dtype.lanes = 1;
+    t->shape = dims;
+    t->strides = steps;
+    t->byte_offset = 0;
+    Py_INCREF(owner);
+    exports_alive++;
+    PyObject *cap = PyCapsule_New(block, versioned ? "dltensor_versioned" : "dltensor", capsule_destructor);
+    if (cap == NULL) {
+        exports_alive--;
+        Py_DECREF(owner);
+        free(block);
+    }
+    return cap;
+}
+
+/* dlpack_capsule(ptr, shape, code, bits, device_type, device_id, versioned, readonly, owner) */
+static PyObject *dlpack_capsule(PyObject *m, PyObject *args) {
+    PyObject *ptr_o, *shape, *owner;
+    int code, bits, device_type, device_id, versioned, readonly;
+    if (!PyArg_ParseTuple(args, "OO!iiiippO:dlpack_capsule", &ptr_o, &PyTuple_Type, &shape, &code, &bits,
+                          &device_type, &device_id, &versioned, &readonly, &owner))
+        return NULL;
+    return make_capsule(ptr_o, shape, code, bits, device_type, device_id, versioned, readonly, owner);
+}
+
+/* ArrayBase.__dlpack__: interop.futhark_dlpack's common case in C, for a handle exported before
+ * (interop._futhark_export's entry carries what it needs: the export state in C form). Anything
+ * else (a first export, a freed handle, keywords with other values, a failed driver call) goes
+ * to futhark_dlpack itself, which raises the errors. */
+static PyObject *futhark_exports, *futhark_dlpack_py, *s_stream, *s_max_version, *s_dl_device, *s_copy;
+
+static PyObject *array_dlpack_slow(PyObject *self, PyObject *args, PyObject *kw) {
+    if (futhark_dlpack_py == NULL) { /* the first export of the process: interop configures this module */
+        PyObject *interop = PyImport_ImportModule("pybridge.interop");
+        PyObject *r = interop ? PyObject_CallMethod(interop, "_compiled_path", NULL) : NULL;
+        Py_XDECREF(interop);
+        if (r == NULL) return NULL;
+        Py_DECREF(r);
+        if (futhark_dlpack_py == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "__dlpack__: pybridge.interop did not configure the compiled path");
+            return NULL;
+        }
+    }
+    Py_ssize_t n = args ? PyTuple_Size(args) : 0;
+    PyObject *full = PyTuple_New(n + 1);
+    if (full == NULL) return NULL;
+    Py_INCREF(self);
+    PyTuple_SetItem(full, 0, self);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GetItem(args, i);
+        Py_INCREF(a);
+        PyTuple_SetItem(full, i + 1, a);
+    }
+    PyObject *r = PyObject_Call(futhark_dlpack_py, full, kw);
+    Py_DECREF(full);
+    return r;
+}
+
+static PyObject *array_dlpack(ValueObject *self, PyObject *args, PyObject *kw) {
+    PyObject *stream = Py_None, *max_version = Py_None;
+    if (futhark_exports == NULL || PyTuple_Size(args) != 0) return array_dlpack_slow((PyObject *)self, args, kw);
+    if (kw != NULL) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kw, &pos, &k, &v)) {
+            if (k == s_stream || PyUnicode_Compare(k, s_stream) == 0) stream = v;
+            else if (k == s_max_version || PyUnicode_Compare(k, s_max_version) == 0) max_version = v;
+            else if ((k == s_dl_device || PyUnicode_Compare(k, s_dl_device) == 0) && v == Py_None) continue;
+            else if ((k == s_copy || PyUnicode_Compare(k, s_copy) == 0) && (v == Py_None || v == Py_False)) continue;
+            else return array_dlpack_slow((PyObject *)self, args, kw);
+        }
+    }
+    long long consumer = 1; /* None: the legacy default stream */
+    if (stream != Py_None) {
+        if (!PyLong_CheckExact(stream)) return array_dlpack_slow((PyObject *)self, args, kw);
+        consumer = PyLong_AsLongLong(stream);
+        if (consumer == 0 || (consumer == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return array_dlpack_slow((PyObject *)self, args, kw);
+        }
+    }
+    int versioned = 0;
+    if (max_version != Py_None) {
+        if (!PyTuple_CheckExact(max_version) || PyTuple_Size(max_version) != 2) return array_dlpack_slow((PyObject *)self, args, kw);
+        PyObject *ma = PyTuple_GetItem(max_version, 0), *mi = PyTuple_GetItem(max_version, 1);
+        if (!PyLong_CheckExact(ma) || !PyLong_CheckExact(mi)) return array_dlpack_slow((PyObject *)self, args, kw);
+        long major = PyLong_AsLong(ma), minor = PyLong_AsLong(mi);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            return array_dlpack_slow((PyObject *)self, args, kw);
+        }
+        versioned = major > 1 || (major == 1 && minor >= 0);
+    }
+    if (self->status != Py_None || self->state == NULL || !self->state->open)
+        return array_dlpack_slow((PyObject *)self, args, kw);
+    PyObject *key = PyLong_FromVoidPtr(self);
+    if (key == NULL) return NULL;
+    PyObject *entry = PyDict_GetItemWithError(futhark_exports, key); /* borrowed */
+    Py_DECREF(key);
+    if (entry == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        return array_dlpack_slow((PyObject *)self, args, kw);
+    }
+    /* entry: (weak reference, export state, C state or None) */
+    if (!PyTuple_Check(entry) || PyTuple_Size(entry) != 3) return array_dlpack_slow((PyObject *)self, args, kw);
+    PyObject *ref = PyTuple_GetItem(entry, 0), *cs = PyTuple_GetItem(entry, 2);
+    PyObject *alive = PyObject_CallNoArgs(ref);
+    if (alive == NULL) return NULL;
+    Py_DECREF(alive); /* the handle itself is alive: the test is of identity */
+    if (alive != (PyObject *)self || !PyTuple_Check(cs) || PyTuple_Size(cs) != 8)
+        return array_dlpack_slow((PyObject *)self, args, kw);
+    /* C state: (ptr, shape, code, bits, device type, device id, producer stream or None,
+     *           (cuEventRecord, cuStreamWaitEvent, event, Futhark's stream) or None) */
+    PyObject *producer = PyTuple_GetItem(cs, 6), *order = PyTuple_GetItem(cs, 7);
+    if (producer != Py_None && consumer != -1) {
+        unsigned long long record, wait, event, fstream;
+        if (!PyArg_ParseTuple(order, "KKKK", &record, &wait, &event, &fstream)) return NULL;
+        if ((unsigned long long)consumer != fstream) { /* gpustream.FutharkStream.signal */
+            int rc = ((record_fn)(uintptr_t)record)((uintptr_t)event, (uintptr_t)fstream), wrc = 0;
+            if (rc == 0) wrc = ((wait_fn)(uintptr_t)wait)((uintptr_t)consumer, (uintptr_t)event, 0);
+            if (rc != 0 || wrc != 0) return array_dlpack_slow((PyObject *)self, args, kw); /* raises */
+        }
+    }
+    int code = (int)PyLong_AsLong(PyTuple_GetItem(cs, 2)), bits = (int)PyLong_AsLong(PyTuple_GetItem(cs, 3));
+    int dtype_ = (int)PyLong_AsLong(PyTuple_GetItem(cs, 4)), did = (int)PyLong_AsLong(PyTuple_GetItem(cs, 5));
+    if (PyErr_Occurred()) return NULL;
+    return make_capsule(PyTuple_GetItem(cs, 0), PyTuple_GetItem(cs, 1), code, bits, dtype_, did, versioned, 0,
+                        (PyObject *)self);
+}
+
+/* configure_dlpack(exports, futhark_dlpack): interop's export cache and the Python export. */
+static PyObject *configure_dlpack(PyObject *m, PyObject *args) {
+    PyObject *exports, *fn;
+    if (!PyArg_ParseTuple(args, "O!O:configure_dlpack", &PyDict_Type, &exports, &fn)) return NULL;
+    Py_INCREF(exports);
+    Py_XSETREF(futhark_exports, exports);
+    Py_INCREF(fn);
+    Py_XSETREF(futhark_dlpack_py, fn);
+    Py_RETURN_NONE;
+}
+
+static PyObject *dlpack_exports_alive(PyObject *m, PyObject *unused) { return PyLong_FromLong(exports_alive); }
+
+/* ------------------------------------------------------------------ module */
+
+static PyObject *configure(PyObject *m, PyObject *args) {
+    PyObject *ihe, *join, *shared, *efm, *rel, *ints, *f64, *f32, *f16, *b;
+    double fmax;
+    if (!PyArg_ParseTuple(args, "OOOOOO!OOOOd:configure", &ihe, &join, &shared, &efm, &rel, &PyTuple_Type, &ints, &f64,
+                          &f32, &f16, &b, &fmax))
+        return NULL;
+    PyObject **slots[] = {&InvalidHandleError, &join_fn, &shared_fn, &error_for_message, &py_release, &np_int_types,
+                          &np_float64, &np_float32, &np_float16, &np_bool};
+    PyObject *vals[] = {ihe, join, shared, efm, rel, ints, f64, f32, f16, b};
+    for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
+        Py_INCREF(vals[i]);
+        Py_XSETREF(*slots[i], vals[i]);
+    }
+    f32_max = fmax;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", configure, METH_VARARGS, "Set the Python objects the compiled path uses (callpath.py, once)."},
+    {"dlpack_capsule", dlpack_capsule, METH_VARARGS, "A DLPack capsule over a C-ordered array, owning a reference to owner."},
+    {"dlpack_exports_alive", dlpack_exports_alive, METH_NOARGS, "Capsules made here not yet released by their consumer."},
+    {"configure_dlpack", configure_dlpack, METH_VARARGS, "Give ArrayBase.__dlpack__ interop's export cache and futhark_dlpack."},
+    {"order_streams", order_streams, METH_VARARGS, "cuEventRecord then cuStreamWaitEvent through their addresses (ordering.py)."},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "pybridge.futhark._callpath",
+                                        "The per-call path of pybridge.futhark in compiled code (see _callpath.c).", -1,
+                                        module_methods};
+
+static int intern(PyObject **slot, const char *s) {
+    *slot = PyUnicode_InternFromString(s);
+    return *slot == NULL ? -1 : 0;
+}
+
+PyMODINIT_FUNC PyInit__callpath(void) {
+    struct {
+        PyObject **slot;
+        const char *s;
+    } names[] = {{&s_freed, "freed"}, {&s_live, "live"}, {&s_parent, "parent"}, {&s_acquire, "acquire"},
+                 {&s_release, "release"}, {&s_describe, "_describe"}, {&s_error, "error"}, {&s_free, "free"},
+                 {&s_state, "_state"}, {&s_ctx, "ctx"}, {&s_closed, "closed"}, {&s_live_ptr, "_live_ptr"},
+                 {&s_pointer, "_pointer"}, {&s_ffi, "ffi"}, {&s_cast, "cast"}, {&s_uintptr, "uintptr_t"},
+                 {&s_closed_msg, "the Futhark context is closed"}, {&s_general, "_call_general"}, {&s_bind, "_bind"},
+                 {&s_convert_scalars, "_convert_scalars"}, {&s_explained, "_explained"}, {&s_voidp, "void *"},
+                 {&s_stream, "stream"}, {&s_max_version, "max_version"}, {&s_dl_device, "dl_device"}, {&s_copy, "copy"}};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (intern(names[i].slot, names[i].s) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    StateType = (PyTypeObject *)PyType_FromSpec(&state_spec);
+    ValueType = (PyTypeObject *)PyType_FromSpec(&value_spec);
+    if (StateType == NULL || ValueType == NULL) goto fail;
+    LockType = (PyTypeObject *)PyType_FromSpec(&lock_spec);
+    if (LockType == NULL) goto fail;
+    ArrayBaseType = (PyTypeObject *)PyType_FromSpecWithBases(&array_spec, (PyObject *)ValueType);
+    OpaqueBaseType = (PyTypeObject *)PyType_FromSpecWithBases(&opaque_spec, (PyObject *)ValueType);
+    PlanType = (PyTypeObject *)PyType_FromSpec(&plan_spec);
+    if (ArrayBaseType == NULL || OpaqueBaseType == NULL || PlanType == NULL) goto fail;
+    PyTypeObject *SyncType = (PyTypeObject *)PyType_FromSpec(&sync_spec);
+    PyTypeObject *RawNewType = (PyTypeObject *)PyType_FromSpec(&rawnew_spec);
+    if (SyncType == NULL || RawNewType == NULL) goto fail;
+    PyTypeObject *types[] = {StateType, ValueType, ArrayBaseType, OpaqueBaseType, PlanType, LockType, SyncType, RawNewType};
+    const char *tnames[] = {"State", "Value", "ArrayBase", "OpaqueBase", "Plan", "Lock", "Sync", "RawNew"};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        Py_INCREF(types[i]);
+        if (PyModule_AddObject(m, tnames[i], (PyObject *)types[i]) < 0) {
+            Py_DECREF(types[i]);
+            goto fail;
+        }
+    }
+    if (PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "RAW_MAX_RANK", RAW_MAX_RANK) < 0) goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,125 @@
+"""The exchange on the compiled call path, on a real GPU, against the Python code it replaces.
+
+- ``from_cuda`` of CuPy and PyTorch arrays through ``_callpath.RawNew``: the same handle as the
+  Python path's (a library loaded inside ``callpath.python_plans()``), the producer kept alive,
+  the live-value counts equal;
+- a Futhark handle exported again (``ArrayBase.__dlpack__`` in C): what CuPy and PyTorch read is
+  the handle's data, also while Futhark is still computing it (the consumer's stream ordered in
+  C), and every capsule is released;
+- ``cuda.as_device_array`` of a PyTorch tensor read directly (``interop.torch_plain``): the same
+  description as through PyTorch's own ``__cuda_array_interface__``, or the same error.
+
+Needs build/reference/cuda/libprobe.so (``make futhark FUTHARK_BACKEND=cuda``; on the GPU machine
+from the carried generated C with ``FUTHARK=/bin/true``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pybridge.futhark as pf
+from conftest import library_sources
+from pybridge import interop
+from pybridge.futhark import callpath
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(callpath.compiled is None, reason=f"the compiled call path is not in use: {callpath.DESCRIPTION}"),
+]
+
+
+@pytest.fixture(params=[p for p in library_sources("probe", backends=("cuda",))])
+def both(request):
+    fast = pf.load(request.param)
+    with callpath.python_plans():
+        slow = pf.load(request.param)
+    assert isinstance(fast.types["[]f32"]._compiled_raw_new(), callpath.compiled.RawNew)
+    assert slow.types["[]f32"]._compiled_raw_new() is None
+    yield fast, slow
+    fast.close()
+    slow.close()
+
+
+def _producers():
+    out = []
+    cp = pytest.importorskip("cupy", reason="CuPy is not installed")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    for n in (0, 1, 4097, 1 << 20):
+        x = np.random.default_rng(n).standard_normal(n, dtype=np.float32)
+        out += [(x, cp.asarray(x)), (x, torch.from_numpy(x).cuda())]
+    return out
+
+
+def test_from_cuda_in_c_and_in_python_agree(both) -> None:
+    fast, slow = both
+    for x, producer in _producers():
+        seen = []
+        for lib in both:
+            h = lib.types["[]f32"].from_cuda(producer)
+            assert h._keep is producer  # the producer's memory lives as long as the handle
+            np.testing.assert_array_equal(h.numpy(), x)
+            seen.append(lib.live_values())
+            h.free()
+            seen.append(lib.live_values())
+        assert seen[:2] == seen[2:], (type(producer).__name__, x.size, seen)
+    with pytest.raises(TypeError, match="expected dtype float32"):
+        fast.types["[]f32"].from_cuda(pytest.importorskip("cupy").zeros(3, np.float64))
+
+
+def test_a_second_export_in_c_is_ordered_and_released(both) -> None:
+    """The first export makes interop's entry (with its C form); the later ones run in C."""
+    cp = pytest.importorskip("cupy", reason="CuPy is not installed")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    fast, _ = both
+    alive = interop.exports_alive()
+    n = 1 << 24
+    xs = np.random.default_rng(5).standard_normal(n, dtype=np.float32)
+    hx = fast.types["[]f32"].new(xs)
+    for round_ in range(3):
+        h = fast.saxpy(np.float32(round_ + 1), hx, hx)  # queued on Futhark's stream
+        h.__dlpack__(stream=-1)  # the first export: no ordering asked, capsule dropped
+        assert interop._futhark_exports[id(h)][2] is not None, "no C form: the C export did not run"
+        want = (np.float32(round_ + 1) * xs + xs).astype(np.float32)
+        with cp.cuda.Stream(non_blocking=True) as s:
+            got = cp.asnumpy(cp.from_dlpack(h) * np.float32(1), stream=s)
+            s.synchronize()
+        np.testing.assert_array_equal(got, want)
+        ts = torch.cuda.Stream()
+        with torch.cuda.stream(ts):
+            t = torch.from_dlpack(h)
+            np.testing.assert_array_equal((t * 1).cpu().numpy(), want)
+        del t
+        h.free()
+    hx.free()
+    assert interop.exports_alive() == alive
+
+
+def test_as_device_array_of_a_torch_tensor_reads_what_its_cai_says() -> None:
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    from cuda_gpu_support import require_cuda
+
+    require_cuda()
+    from pybridge import cuda
+
+    base = torch.arange(24, dtype=torch.float32, device="cuda")
+    tensors = [base, base.reshape(4, 6), base.reshape(4, 6).t(), base.reshape(4, 6)[:, :3], base[::2], base[:0],
+               base.to(torch.bool), base.to(torch.float16), base.to(torch.int64).reshape(2, 3, 4), base.to(torch.uint8),
+               torch.nn.Parameter(base.clone()), base.clone().requires_grad_(True),
+               torch.zeros(3, dtype=torch.bfloat16, device="cuda")]
+    for t in tensors:
+        def via_cai(t=t):
+            return cuda.from_cai(t)
+
+        def direct(t=t):
+            return cuda.as_device_array(t)
+
+        outcomes = []
+        for make in (direct, via_cai):
+            try:
+                d = make()
+                i = d.info
+                outcomes.append(("ok", i.ptr, i.shape, i.strides, i.dtype, i.readonly, i.stream, d._owner is t))
+            except Exception as e:  # noqa: BLE001 - compared: type and message
+                outcomes.append((type(e).__name__, str(e)))
+        assert outcomes[0] == outcomes[1], (t.dtype, tuple(t.shape), t.stride(), outcomes)
