@@ -27,14 +27,16 @@ step() { echo "== $1 (at ${SECONDS}s)"; }
 limit() { local left=$((BUDGET - SECONDS)); [ "$left" -lt "$1" ] && echo $((left > 5 ? left : 5)) || echo "$1"; }
 
 step "setup"
-source .gpu-wheels/install.sh
+[ -n "${PYBRIDGE_GPU_PREPARED:-}" ] || source .gpu-wheels/install.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 if [ -f .carry-futhark/futhark.tar.xz ] && [ -z "${FUTHARK:-}" ]; then
   mkdir -p /tmp/futhark-tools && tar xJf .carry-futhark/futhark.tar.xz -C /tmp/futhark-tools \
     && export FUTHARK=/tmp/futhark-tools/bin/futhark && echo "futhark: $($FUTHARK --version | head -1)"
 fi
 # The compiled path needs the interpreter's headers (no network here to install python3-dev).
-if python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+if [ -n "${PYBRIDGE_GPU_PREPARED:-}" ]; then
+  echo "built and installed by scripts/gpu_every_check.sh"
+elif python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
   python3 setup.py -q build_ext --inplace > "$OUT/build_ext.log" 2>&1 || { echo "build_ext failed:"; tail -5 "$OUT/build_ext.log"; }
 else
   echo "NO Python.h for $(python3 --version): the compiled call path cannot be built here; every figure below is the Python path's"

@@ -4,7 +4,7 @@
 # build/ (build/ holds the C that `futhark cuda --library` generated where the compiler is).
 set -u
 export PYTHONUNBUFFERED=1 PYBRIDGE_GPU_EXAMPLES=${PYBRIDGE_GPU_EXAMPLES:-20}
-source .gpu-wheels/install.sh
+[ -n "${PYBRIDGE_GPU_PREPARED:-}" ] || source .gpu-wheels/install.sh
 # The Futhark compiler, when carried (.carry-futhark/futhark.tar.xz, made on the development machine
 # by scripts/prepare-device-carry.sh --futhark-only): tests that build a .fut for cuda there
 # (pf.load("x.fut", backend="cuda")) then run.
@@ -13,11 +13,14 @@ if [ -f .carry-futhark/futhark.tar.xz ] && [ -z "${FUTHARK:-}" ]; then
     && export FUTHARK=/tmp/futhark-tools/bin/futhark && echo "futhark: $($FUTHARK --version | head -1)"
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
-echo "== make cuda"; make cuda 2>&1 | grep -E "error|warning|skipped" | head -20
-echo "== futhark cuda libraries from carried generated C"
-make futhark FUTHARK_BACKEND=cuda FUTHARK=/bin/true 2>&1 | grep -E "error|Error" | head
-ls build/futhark/cuda/*.so build/reference/cuda/*.so 2>&1 | wc -l
-python3 -m pip install -q --no-build-isolation --no-deps . 2>&1 | grep -v WARN | tail -1
+# PYBRIDGE_GPU_PREPARED: scripts/gpu_every_check.sh built and installed once, before its parallel jobs.
+if [ -z "${PYBRIDGE_GPU_PREPARED:-}" ]; then
+  echo "== make cuda"; make cuda 2>&1 | grep -E "error|warning|skipped" | head -20
+  echo "== futhark cuda libraries from carried generated C"
+  make futhark FUTHARK_BACKEND=cuda FUTHARK=/bin/true 2>&1 | grep -E "error|Error" | head
+  ls build/futhark/cuda/*.so build/reference/cuda/*.so 2>&1 | wc -l
+  python3 -m pip install -q --no-build-isolation --no-deps . 2>&1 | grep -v WARN | tail -1
+fi
 echo "== GPU tests"
 for f in ${GPU_TEST_FILES:-tests/gpu/test_futhark_cuda.py tests/test_futhark_api.py tests/test_futhark_c_api.py tests/test_futhark_programs.py tests/gpu/test_cuda_kernels.py tests/gpu/test_cuda_interop.py tests/gpu/test_cuda_compile.py tests/gpu/test_thin_path.py tests/gpu/test_docs_gpu.py}; do
   log=$OUT/$(basename $f .py).log

@@ -30,9 +30,9 @@ fi
 
 OUT=${OUT:-/tmp}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYBRIDGE_CACHE=/tmp/pb-cache PYTHONUNBUFFERED=1
-source .gpu-wheels/install.sh
+[ -n "${PYBRIDGE_GPU_PREPARED:-}" ] || source .gpu-wheels/install.sh
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
-python3 -m pip install -q --no-build-isolation --no-deps . 2>&1 | grep -v WARN | tail -1
+[ -n "${PYBRIDGE_GPU_PREPARED:-}" ] || python3 -m pip install -q --no-build-isolation --no-deps . 2>&1 | grep -v WARN | tail -1
 libs=""
 for p in $PROGRAMS; do
   n=$(basename "$p" .fut)
