@@ -17,7 +17,7 @@
 # multi-gpu.md (the section) and multi-gpu.json (its rows), rows.jsonl (each row as measured),
 # scaling.png, scaling.json, size-dask-cuda.md and .json (the size rows on LocalCUDACluster), and
 # logs.tar.gz (setup/build log, each test log, bench stdout/stderr).
-# The section's first line names the machine, the date and the commit (git's, else $COMMIT).
+# The section's first line names the machine, the date and the commit ($COMMIT, else git's).
 #
 # Prepared on the development machine first (never committed), from this checkout:
 #   make -k futhark FUTHARK_BACKEND=cuda    # the C of build/futhark/cuda (dot, jacobi, matmul, saxpy, mandelbrot, ...)
@@ -58,7 +58,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
 say "GPUs found: $NGPU"
 [ "$NGPU" -gt 0 ] || { say "no GPU: nothing to scale over"; exit 1; }
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo "${COMMIT:-not recorded}")
+COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "not recorded")}  # the device copy's .git may be stale: $COMMIT first
 LABEL="${NGPU}x ${GPU_NAME:-GPU} ($(nproc) CPUs), $(date -u '+%Y-%m-%d %H:%M') UTC, commit $COMMIT"
 say "run: $LABEL"
 NCPU=$(nproc)

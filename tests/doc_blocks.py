@@ -102,8 +102,14 @@ def _command_shims(folder: Path) -> Path:
 
 def environment(folder: Path, cache: Path, from_source_tree: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    # The checkout never reaches a block through PYTHONPATH unless asked for; other entries stay (the
+    # GPU machine keeps its carried wheels, cffi and PyCUDA among them, on PYTHONPATH).
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and Path(p).resolve() != ROOT.resolve()]
     if from_source_tree:
-        env["PYTHONPATH"] = str(ROOT)  # the pybridge under test, seen from the page's folder
+        kept.insert(0, str(ROOT))  # the pybridge under test, seen from the page's folder
+    if kept:
+        env["PYTHONPATH"] = os.pathsep.join(kept)
     env["PATH"] = os.pathsep.join([str(_command_shims(folder)), str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYBRIDGE_CACHE"] = str(cache)  # never the user's own cache
     env["MPLBACKEND"] = "Agg"

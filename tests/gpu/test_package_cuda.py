@@ -93,4 +93,4 @@ def test_without_gpu_falls_back_to_multicore_with_one_log_line(unpacked: Path) -
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.split() == ["multicore", "api"], proc.stdout + proc.stderr
     logs = [ln for ln in proc.stderr.splitlines() if ln.startswith("LOG ")]
-    assert len(logs) == 1 and "no usable GPU" in logs[0] and "using the next backend" in logs[0], proc.stderr
+    assert len(logs) == 1 and "no usable GPU" in logs[0] and "; using multicore" in logs[0], proc.stderr
