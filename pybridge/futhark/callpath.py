@@ -14,6 +14,7 @@ plan over the same handles).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from types import ModuleType
 from typing import Iterator
@@ -24,11 +25,15 @@ ENV = "PYBRIDGE_CALL_PATH"
 def _load() -> tuple[ModuleType | None, str]:
     if os.environ.get(ENV, "").strip().lower() == "python":
         return None, f"Python ({ENV}=python)"
+    # import_module, not ``from . import``: inside the package's own import a missing submodule
+    # reads as a "partially initialized module (circular import)" error.
     try:
-        from . import _callpath
-    except ImportError as e:  # not built: no C compiler or Python headers when installed
-        return None, f"Python (the compiled extension is not built: {e})"
-    return _callpath, "compiled (pybridge.futhark._callpath, stable ABI)"
+        module = importlib.import_module(f"{__package__}._callpath")
+    except ModuleNotFoundError:  # not built: no C compiler or Python headers when installed
+        return None, "Python (the compiled extension is not built)"
+    except ImportError as e:  # built, but it does not load here
+        return None, f"Python (the compiled extension does not load: {e})"
+    return module, "compiled (pybridge.futhark._callpath, stable ABI)"
 
 
 compiled, DESCRIPTION = _load()
