@@ -595,6 +595,9 @@ def orphan(backend: str, tries: int = 500) -> dict:
 
 
 if __name__ == "__main__":
+    # Ctrl-C as Python sets it up in a terminal: a runner started in the background without job
+    # control (`nohup cmd &` from a script) leaves SIGINT ignored, and Python then keeps it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     scenario, backend, *rest = sys.argv[1:]
     params = {k: int(v) if v.isdigit() else v for k, v in (a.split("=", 1) for a in rest)}
     scenarios = {"calls": calls, "consume": consume, "close": close, "checkpoints": checkpoints, "general": general,

@@ -33,7 +33,7 @@ def test_the_hints_name_the_extras_packages() -> None:
     assert install_hint("dask") == "pip install 'dask[array]' distributed"
     # test is lean; test-full adds the heavy parts to it (and is what .ci/run installs).
     assert not {"dask[array]>=2024.12", "mypy>=1.10", "futhark-ffi>=0.14"} & set(extras["test"])
-    assert f"{NAME}[test,dask]" in extras["test-full"]
+    assert f"{NAME}[test,dask,bench]" in extras["test-full"]  # bench: the plots are tested too
     assert "'.[test-full,docs]'" in (ROOT / ".ci" / "run").read_text()
 
 

@@ -141,6 +141,13 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "overlay": overlay, "before": before, "after": _distributions(python)}
 
 
+@pytest.fixture(scope="module")
+def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One mypy cache for the runs that check against this interpreter (MYPYPATH: the checkout): the
+    first analyses NumPy's stubs and the standard library's, the others reuse that."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
 def _bare_env(shipped: dict[str, Any]) -> dict[str, str]:
     """PATH with the environment's bin only (no futhark, no cc), no CC, an empty pybridge cache."""
     return {
@@ -445,7 +452,7 @@ def test_package_from_c_generated_elsewhere(tmp_path: Path, monkeypatch: pytest.
         build_package([PROGRAM], "shipgen", "0.1", ["c"], tmp_path / "dist2", generated=tmp_path / "gen")
 
 
-def test_stubs_let_mypy_check_a_library_loaded_with_pf_load(tmp_path: Path) -> None:
+def test_stubs_let_mypy_check_a_library_loaded_with_pf_load(tmp_path: Path, mypy_cache: Path) -> None:
     pytest.importorskip("mypy")
     from pybridge.cli import main
 
@@ -466,7 +473,7 @@ def test_stubs_let_mypy_check_a_library_loaded_with_pf_load(tmp_path: Path) -> N
     (tmp_path / "user.py").write_text(script)
     proc = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--follow-imports=silent",
-         "--cache-dir", str(tmp_path / "mypy-cache"), "user.py"],
+         "--cache-dir", str(mypy_cache), "user.py"],
         cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "MYPYPATH": str(ROOT)},
     )
     errors = [ln for ln in proc.stdout.splitlines() if ": error:" in ln]
@@ -527,7 +534,7 @@ def test_extension_compile_failure_is_a_clear_error(tmp_path: Path, monkeypatch:
     assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
 
 
-def test_stubs_of_every_reference_manifest_pass_mypy_strict(tmp_path: Path) -> None:
+def test_stubs_of_every_reference_manifest_pass_mypy_strict(tmp_path: Path, mypy_cache: Path) -> None:
     """Tuples, arrays of records, sums, every primitive, ranks 1-3, manifests of 0.25 and 0.26:
     the generated .pyi is valid and clean under mypy --strict."""
     pytest.importorskip("mypy")
@@ -541,7 +548,7 @@ def test_stubs_of_every_reference_manifest_pass_mypy_strict(tmp_path: Path) -> N
         text = library_stub(load_manifest(m), (m.parent / f"{program}.fut").read_text(), f"{program}.fut")
         (tmp_path / f"{m.stem.replace('.', '_')}.pyi").write_text(text)
     proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--cache-dir", str(tmp_path / ".mypy"),
+        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--cache-dir", str(mypy_cache),
          *sorted(str(p.name) for p in tmp_path.glob("*.pyi"))],
         cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "MYPYPATH": str(ROOT)},
     )
