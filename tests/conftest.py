@@ -4,7 +4,7 @@ Futhark API tests run on the real compiler's output for the reference programs
 (tests/reference/*.fut), which `make` builds into build/reference/<backend>/ for c and multicore
 (`make futhark FUTHARK_BACKEND=cuda` for cuda, on a GPU machine).
 
-Which pybridge is tested: the README's test command (`.venv/bin/pytest -rs tests`) imports the
+Which pybridge is tested: the README's test command (`.venv/bin/pytest -rs -n auto tests`) imports the
 installed package, not ./pybridge (pytest's entry point does not put the checkout on sys.path; the
 tests/ folder it adds holds no package). Then the test-only outputs of the checkout (build/reference)
 are found after the installed package's own pybridge/_build through $PYBRIDGE_BUILD, the compiler
@@ -79,11 +79,16 @@ if not FROM_SOURCE_TREE:
 # of theirs): every run gets a temporary folder, removed at the end, which child processes inherit.
 # PYBRIDGE_TEST_CACHE names a folder to use instead, kept between runs (warm API-mode and CUDA
 # builds: quicker reruns, the GPU scripts). A test that sets PYBRIDGE_CACHE itself keeps its own.
+# Under pytest-xdist (-n) the workers share the controller's folder (they inherit its environment):
+# a program is built once per run, not once per worker; the cache's locks keep them apart.
 _SESSION_CACHE: str | None = None
 if os.environ.get("PYBRIDGE_TEST_CACHE"):
     os.environ["PYBRIDGE_CACHE"] = os.environ["PYBRIDGE_TEST_CACHE"]
+elif os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("PYBRIDGE_TEST_RUN_CACHE"):
+    os.environ["PYBRIDGE_CACHE"] = os.environ["PYBRIDGE_TEST_RUN_CACHE"]
 else:
     _SESSION_CACHE = os.environ["PYBRIDGE_CACHE"] = tempfile.mkdtemp(prefix="pybridge-test-cache-")
+    os.environ["PYBRIDGE_TEST_RUN_CACHE"] = _SESSION_CACHE
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -92,7 +97,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _PROBLEM = pybridge_under_test_problem()
-_HOW = ("Run the README's test command, `.venv/bin/pytest -rs tests` (pytest's entry point; `python -m pytest` "
+_HOW = ("Run the README's test command, `.venv/bin/pytest -rs -n auto tests` (pytest's entry point; `python -m pytest` "
         "puts the checkout first on sys.path).")
 
 

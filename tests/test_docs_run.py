@@ -52,9 +52,9 @@ def test_every_block_is_run_or_says_why() -> None:
 def test_the_readmes_commands_are_what_ci_runs() -> None:
     readme = {b.text.strip() for b in doc_blocks.blocks(ROOT / "README.md") if b.language == "sh"}
     ci = (ROOT / ".ci" / "run").read_text()
-    assert ".venv/bin/pytest -rs tests" in readme and "PYBRIDGE_TEST_INSTALLED=1 .venv/bin/pytest -rs tests" in ci
+    assert ".venv/bin/pytest -rs -n auto tests" in readme and "PYBRIDGE_TEST_INSTALLED=1 .venv/bin/pytest -rs -n auto tests" in ci
     quick = [c for c in readme if "not slow" in c]
-    assert quick == ['.venv/bin/pytest -rs -m "not slow" tests'], readme
+    assert quick == ['.venv/bin/pytest -rs -n auto -m "not slow" tests'], readme
 
 
 _LINK = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
