@@ -54,6 +54,9 @@ CALL_PATH = Extension(
     ["pybridge/futhark/_callpath.c"],
     py_limited_api=True,  # named _callpath.abi3.so; the C defines Py_LIMITED_API 0x030A0000 itself
     optional=True,  # a failed build warns and leaves the pure-Python path (build_ext_optional)
+    # The debug information names the folder it was compiled in: mapped to "." so that the wheel
+    # carries no path of the machine that built it.
+    extra_compile_args=[f"-ffile-prefix-map={d}=." for d in sorted({str(HERE), os.getcwd()})],
 )
 
 
