@@ -29,10 +29,7 @@ limit() { local left=$((BUDGET - SECONDS)); [ "$left" -lt "$1" ] && echo $((left
 step "setup"
 [ -n "${PYBRIDGE_GPU_PREPARED:-}" ] || source .gpu-wheels/install.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-if [ -f .carry-futhark/futhark.tar.xz ] && [ -z "${FUTHARK:-}" ]; then
-  mkdir -p /tmp/futhark-tools && tar xJf .carry-futhark/futhark.tar.xz -C /tmp/futhark-tools \
-    && export FUTHARK=/tmp/futhark-tools/bin/futhark && echo "futhark: $($FUTHARK --version | head -1)"
-fi
+source scripts/carried-futhark.sh
 # The compiled path needs the interpreter's headers (no network here to install python3-dev).
 if [ -n "${PYBRIDGE_GPU_PREPARED:-}" ]; then
   echo "built and installed by scripts/gpu_every_check.sh"

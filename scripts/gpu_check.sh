@@ -5,13 +5,8 @@
 set -u
 export PYTHONUNBUFFERED=1 PYBRIDGE_GPU_EXAMPLES=${PYBRIDGE_GPU_EXAMPLES:-20}
 [ -n "${PYBRIDGE_GPU_PREPARED:-}" ] || source .gpu-wheels/install.sh
-# The Futhark compiler, when carried (.carry-futhark/futhark.tar.xz, made on the development machine
-# by scripts/prepare-device-carry.sh --futhark-only): tests that build a .fut for cuda there
-# (pf.load("x.fut", backend="cuda")) then run.
-if [ -f .carry-futhark/futhark.tar.xz ] && [ -z "${FUTHARK:-}" ]; then
-  mkdir -p /tmp/futhark-tools && tar xJf .carry-futhark/futhark.tar.xz -C /tmp/futhark-tools \
-    && export FUTHARK=/tmp/futhark-tools/bin/futhark && echo "futhark: $($FUTHARK --version | head -1)"
-fi
+# The Futhark compiler, when carried (scripts/carried-futhark.sh).
+source scripts/carried-futhark.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
 # PYBRIDGE_GPU_PREPARED: scripts/gpu_every_check.sh built and installed once, before its parallel jobs.
 if [ -z "${PYBRIDGE_GPU_PREPARED:-}" ]; then

@@ -17,10 +17,7 @@ REAL_OUT=${OUT:-/tmp/every-check-out}
 LOGS=/tmp/every-check-logs
 rm -rf "$LOGS"; mkdir -p "$REAL_OUT" "$LOGS"
 source .gpu-wheels/install.sh
-if [ -f .carry-futhark/futhark.tar.xz ] && [ -z "${FUTHARK:-}" ]; then
-  mkdir -p /tmp/futhark-tools && tar xJf .carry-futhark/futhark.tar.xz -C /tmp/futhark-tools \
-    && export FUTHARK=/tmp/futhark-tools/bin/futhark && echo "futhark: $($FUTHARK --version | head -1)"
-fi
+source scripts/carried-futhark.sh
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
 n=$(nvidia-smi -L | wc -l)
 [ "$n" -ge 4 ] || { echo "needs 4 GPUs, found $n"; exit 1; }

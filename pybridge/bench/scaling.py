@@ -336,7 +336,7 @@ def _group_b0(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], r
     ws = counts_ws[-1]
     k = len(ws)
     a = np.float32(2.0)
-    peer = "Dask + CuPy" if s.gpu else "Dask + NumPy"  # the same saxpy per block: Dask's floor for a graph doing GPU work
+    peer = _peer(s)  # the same saxpy per block: Dask's floor for a graph doing GPU work
     times: dict[str, dict[int, float]] = {"pybridge": {}, "plain Dask": {}, peer: {}}
     for t in s.sizes["tasks"]:
         b = s.sizes["b0_block"]
@@ -614,7 +614,7 @@ def _group_saxpy(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]]
         nb = 4 * len(ws)
         return tuple(pbd.random((n,), chunks=-(-n // nb), seed=i, device=s.gpu, workers=ws) for i in (1, 2))
 
-    peer = "Dask + CuPy" if s.gpu else "Dask + NumPy"
+    peer = _peer(s)
     impls = {
         "pybridge": lambda x, y: pbd.map_blocks(saxpy, a, x, y, sync=True, name=_fresh("saxpy-pb")),
         f"{peer}, same graph": lambda x, y: da_map(tasks.synced(lambda p, q: a * p + q), x, y, name=_fresh("saxpy-peer")),
@@ -650,7 +650,7 @@ def _group_b1(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], r
         k = len(ws)
         return tuple(pbd.random((n * k,), chunks=n, seed=i, device=s.gpu, workers=ws) for i in (1, 2))
 
-    peer = "Dask + CuPy" if s.gpu else "Dask + NumPy"
+    peer = _peer(s)
     impls = {"pybridge": tasks.saxpy_iter(s.entry("saxpy_iter"), iters, 1.0001), f"{peer}, same graph": tasks.saxpy_iter_peer(iters, 1.0001),
              "Dask alone (same graph, no work)": tasks.floor}
     direct = {"pybridge": impls["pybridge"], f"{peer}, same graph": impls[f"{peer}, same graph"]}
@@ -721,8 +721,13 @@ def _group_b3(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], r
                lambda xp: (xp.ones((n, n), np.float32), xp.ones((n, n), np.float32)), f"{n}²", weak=False)
 
 
+def _peer(s: Setup) -> str:
+    """The rows' "the same graph, another library doing the work": CuPy on GPU workers, NumPy on CPU ones."""
+    return "Dask + CuPy" if s.gpu else "Dask + NumPy"
+
+
 def _b3_peer(s: Setup) -> str:
-    return "Dask + CuPy (cuBLAS)" if s.gpu else "Dask + NumPy (BLAS)"
+    return f"{_peer(s)} ({'cuBLAS' if s.gpu else 'BLAS'})"
 
 
 def _finish_b3(s: Setup, rows: Rows) -> None:
