@@ -138,6 +138,11 @@ if [ "$QUICK" != "--quick" ]; then
   outcome "one-GPU Dask tests" $? "$LOGS/test_dask_gpu.log"
 fi
 
+step "the docs' GPU pages that use Dask (tests/gpu/test_docs_gpu.py; the one-GPU check carries no Dask)"
+timeout "$(cap 150 60)" python3 -m pytest -q -rfEs -p no:cacheprovider "${PT_TIMEOUT[@]}" tests/gpu/test_docs_gpu.py -k "dask or scale" \
+  > "$LOGS/test_docs_gpu.log" 2>&1
+outcome "docs' Dask GPU pages" $? "$LOGS/test_docs_gpu.log"
+
 DASK_CUDA_SHARE=0
 [ "$QUICK" != "--quick" ] && python3 -c "import dask_cuda" 2>/dev/null && DASK_CUDA_SHARE=80
 step "pybridge bench scaling --gpus $NGPU"
