@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .blocks import Shared, array_module, wait_for_device
+from .blocks import Shared, array_module, is_device_array, wait_for_device
 from .plan import is_chunked
 
 
@@ -155,40 +155,89 @@ def spmd(fn: Callable[..., Any], *args: Any, comms: Any = None, client: Any = No
 # ---------------------------------------------------------------- halos
 
 
-def extend_rows(comm: Any, block: Any, depth: int) -> tuple[Any, int, int]:
+def extend_rows(comm: Any, block: Any, depth: int, clock: Any = None) -> tuple[Any, int, int]:
     """``block`` with ``depth`` rows of each neighbouring rank's block above and below (none past
-    the first and last rank): (extended block, rows added above, rows added below)."""
+    the first and last rank): (extended block, rows added above, rows added below). The extended
+    block is made once: the neighbours' rows are received straight into its ends (no halo arrays,
+    no concatenation) while the block is copied into its middle (on GPUs beside the exchange, on a
+    stream of its own: the copy of a large block takes longer than the exchange of its halos)."""
     if depth == 0 or comm.size == 1:
         return block, 0, 0
     r, n = comm.rank, comm.size
-    shape = (depth,) + tuple(block.shape[1:])
-    sends, recvs = {}, {}
-    if r > 0:
-        sends[r - 1], recvs[r - 1] = block[:depth], (shape, block.dtype)
-    if r < n - 1:
-        sends[r + 1], recvs[r + 1] = block[-depth:], (shape, block.dtype)
-    got = comm.exchange(sends, recvs)
+    top, bottom = (depth if r > 0 else 0), (depth if r < n - 1 else 0)
+    rows = block.shape[0]
     xp = array_module(block)
-    parts = ([got[r - 1]] if r > 0 else []) + [block] + ([got[r + 1]] if r < n - 1 else [])
-    return xp.concatenate(parts, axis=0), (depth if r > 0 else 0), (depth if r < n - 1 else 0)
+    ext = xp.empty((top + rows + bottom,) + tuple(block.shape[1:]), block.dtype)
+    copied = _copy_into(ext[top : top + rows], block, clock)
+    if clock is not None:
+        clock.mark("assemble")
+    sends, recvs = {}, {}
+    if top:
+        sends[r - 1], recvs[r - 1] = block[:depth], ext[:top]
+    if bottom:
+        sends[r + 1], recvs[r + 1] = block[rows - depth :], ext[top + rows :]
+    try:
+        comm.exchange(sends, recvs)
+    finally:  # what comes next on this thread's stream (``ext`` freed too, on a failure) waits for the copy
+        if copied is not None:
+            xp.cuda.get_current_stream().wait_event(copied)
+    if clock is not None:
+        clock.mark("exchange")
+    return ext, top, bottom
+
+
+_copy_streams: dict[int, Any] = {}  # device ordinal -> the stream extend_rows copies blocks on
+
+
+def _copy_into(dst: Any, src: Any, clock: Any = None) -> Any:
+    """``dst[...] = src``. Between C-contiguous CuPy arrays of one GPU: one device-to-device copy
+    (cudaMemcpyAsync) on a stream of its own, ordered after the work queued so far on this thread's
+    stream (which made ``src``); returns the event that marks its end (the caller's stream must wait
+    for it). Otherwise a copy on this thread's stream (or on the host): None."""
+    if not (is_device_array(dst) and getattr(src, "device", None) == dst.device
+            and src.flags.c_contiguous and dst.flags.c_contiguous and src.nbytes):
+        dst[...] = src
+        return None
+    import cupy
+
+    device = dst.data.device_id
+    side = _copy_streams.get(device)
+    if side is None:
+        with cupy.cuda.Device(device):
+            side = _copy_streams.setdefault(device, cupy.cuda.Stream(non_blocking=True))
+    ready = cupy.cuda.Event(disable_timing=clock is None)
+    ready.record(cupy.cuda.get_current_stream())
+    side.wait_event(ready)
+    dst.data.copy_from_device_async(src.data, src.nbytes, side)
+    done = cupy.cuda.Event(disable_timing=clock is None)
+    done.record(side)
+    if clock is not None:
+        clock.span("copy", ready, done)
+    return done
 
 
 def _halo_task(comm: Any, entry: Any, index: int, depth: int, *args: Any) -> Any:
+    from . import phases
     from .blocks import call_entry
 
-    ext, top, bottom = extend_rows(comm, args[index], depth)
+    clock = phases.clock(is_device_array(args[index]))
+    ext, top, bottom = extend_rows(comm, args[index], depth, clock)
     call = list(args)
     call[index] = ext
     out = call_entry(entry, call, block=(comm.rank,), nblocks=(comm.size,))
+    if clock is not None:
+        clock.mark("compute")
     if out.shape[0] != ext.shape[0]:
         raise ValueError(
             f"halo_map: {entry.name} returned {out.shape[0]} rows for an extended block of {ext.shape[0]}; "
             f"the entry point must keep the rows of its halo argument"
         )
-    if not (top or bottom):
-        return out
-    xp = array_module(out)
-    return xp.ascontiguousarray(out[top : out.shape[0] - bottom])
+    if top or bottom:  # the block's rows: a view (rows of a C-contiguous array are one C-contiguous run)
+        out = array_module(out).ascontiguousarray(out[top : out.shape[0] - bottom])
+    if clock is not None:
+        clock.mark("trim")
+        clock.finish(rank=comm.rank, size=comm.size)
+    return out
 
 
 def halo_map(target: Any, *args: Any, depth: int, comms: Any, name: str | None = None, sync: bool = False) -> Any:
