@@ -52,6 +52,61 @@ def saxpy_block(x: Any, y: Any, a: Any) -> Any:
     return out
 
 
+def task_costs(entry: Any, a: Any, block_len: int, gpu: bool, batch: int = 200, batches: int = 5) -> dict[str, float]:
+    """On a worker: µs per call of each B0 task function on a block of ``block_len`` elements made
+    there (the median of ``batches`` batches of ``batch`` calls, after one warm-up batch), the
+    scheduler and the network left out: ``pybridge`` (``blocks.map_block`` as a worker runs it,
+    its shared call unpickled as a worker gets it, ``sync=True``), ``pybridge_nosync`` (the same
+    without the wait), ``entry`` (the entry point alone on handles made beforehand: Futhark's part),
+    ``peer`` (B0's CuPy / NumPy saxpy task) and ``plain`` (plain Dask's pass-through task)."""
+    import pickle
+
+    from ..dask.blocks import BlockCall, Shared, map_block
+    from ..dask.workers import worker_slot
+    from ..futhark import ArrayKind
+
+    xp: Any = np
+    if gpu:
+        import cupy
+
+        xp = cupy
+    x = xp.ones(block_len, np.float32)
+    location = ((0, block_len),)
+    calls = {sync: pickle.loads(pickle.dumps(Shared(BlockCall(entry, [a, None, None], [1, 2], (1,), sync)))) for sync in (True, False)}
+    slot = worker_slot(entry.library)
+    ep = slot.library.entry_points[entry.name]
+    kind = slot.library.types[ep.info.inputs[1].type]
+    assert isinstance(kind, ArrayKind)  # saxpy's x: an array type
+    handle = kind.from_cuda(x) if gpu else kind.new(x)
+
+    def entry_alone() -> None:
+        with slot.lock:
+            ep(a, handle, handle).free()
+
+    fns: dict[str, Callable[[], Any]] = {
+        "pybridge": lambda: map_block(calls[True], (0,), location, x, x),
+        "pybridge_nosync": lambda: map_block(calls[False], (0,), location, x, x),
+        "entry": entry_alone,
+        "peer": lambda: saxpy_block(x, x, a),
+        "plain": lambda: first(x, x),
+    }
+    out = {}
+    for name, fn in fns.items():
+        times = []
+        for i in range(batches + 1):
+            wait_for_device(x)
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            if i:
+                times.append((time.perf_counter() - t0) / batch * 1e6)
+        out[name] = float(np.median(times))
+    wait_for_device(x)
+    with slot.lock:
+        handle.free()
+    return out
+
+
 def saxpy_iter(entry: Any, iters: int, a: float) -> Callable[..., Any]:
     def run(comm: Any, xs: Any, ys: Any) -> Any:
         return call_entry(entry, (np.int32(iters), np.float32(a), xs, ys))
