@@ -30,8 +30,21 @@ from .refs import GPU_BACKENDS, EntryRef
 from .workers import DEVICE_ENV, Slot, device_ordinal, worker_device, worker_label, worker_slot
 
 
+#: Types whose every instance is (True) or is not (False) a device array, decided without reading
+#: ``__cuda_array_interface__``: CuPy builds that dictionary anew at each read, and a task asks for
+#: each of its blocks several times. Other types (PyTorch's: a CPU tensor has the attribute's
+#: property but raises) are asked each time.
+_DEVICE_TYPES: dict[type, bool] = {np.ndarray: False}
+
+
 def is_device_array(x: Any) -> bool:
-    return hasattr(x, "__cuda_array_interface__") and not isinstance(x, ArrayHandle)
+    known = _DEVICE_TYPES.get(type(x))
+    if known is not None:
+        return known
+    found = hasattr(x, "__cuda_array_interface__") and not isinstance(x, ArrayHandle)
+    if found and type(x).__module__.partition(".")[0] == "cupy" and type(x).__name__ == "ndarray":
+        _DEVICE_TYPES[type(x)] = True  # a CuPy array is always in device memory
+    return found
 
 
 def array_module(x: Any) -> Any:
@@ -104,11 +117,12 @@ def _argument(lib: Library, type_name: str, value: Any, device: int, temps: list
         return value  # scalars and host arrays: the entry point converts (host arrays copied in)
     if lib.backend != "cuda":
         return to_host_array(value)
-    cupy = _cupy()
-    with cupy.cuda.Device(device):
-        if getattr(getattr(value, "device", None), "id", device) != device:
-            value = cupy.array(value, copy=True)  # a chunk that arrived on another GPU: peer copy
-        value = cupy.ascontiguousarray(value)
+    if not (_DEVICE_TYPES.get(type(value)) and value.flags.c_contiguous and value.data.device_id == device):
+        cupy = _cupy()  # else a CuPy array as it is: the common case, without switching devices
+        with cupy.cuda.Device(device):
+            if getattr(getattr(value, "device", None), "id", device) != device:
+                value = cupy.array(value, copy=True)  # a chunk that arrived on another GPU: peer copy
+            value = cupy.ascontiguousarray(value)
     kind = lib.types[type_name]
     assert isinstance(kind, ArrayKind)  # plan.check_arguments let only array types through
     h = kind.from_cuda(value)
