@@ -467,7 +467,8 @@ def _phase_breakdown(s: Setup, client: Any, ws: list[str], make: Callable[[], An
 def summarize_phases(runs: list[tuple[float, float, list[dict[str, Any]]]]) -> dict[str, float]:
     """Medians over runs (each: client's submit and done wall-clock times, the tasks' records) of
     the slowest task's phases (the one that ended last), ``phase_`` before each name, and of:
-    ``phase_compute_max_us`` (the longest compute of any rank), ``phase_to_start_us`` (submit to the
+    ``phase_compute_max_us`` (the longest compute of any rank), ``phase_run_us`` (the run, submit to
+    done, as the client saw it), ``phase_to_start_us`` (submit to the
     last task's start), ``phase_start_skew_us`` (first to last task start), ``phase_task_us`` (the
     slowest task, start to end) and ``phase_after_us`` (its end to the client seeing the run done)."""
     per_run: list[dict[str, float]] = []
@@ -477,7 +478,8 @@ def summarize_phases(runs: list[tuple[float, float, list[dict[str, Any]]]]) -> d
         if any("compute_us" in r for r in recs):
             one["phase_compute_max_us"] = max(float(r.get("compute_us", 0.0)) for r in recs)
         starts = [r["start"] for r in recs]
-        one.update(phase_to_start_us=(max(starts) - t0) * 1e6, phase_start_skew_us=(max(starts) - min(starts)) * 1e6,
+        one.update(phase_run_us=(t1 - t0) * 1e6, phase_to_start_us=(max(starts) - t0) * 1e6,
+                   phase_start_skew_us=(max(starts) - min(starts)) * 1e6,
                    phase_task_us=(last["end"] - last["start"]) * 1e6, phase_after_us=(t1 - last["end"]) * 1e6)
         per_run.append(one)
     keys = sorted({k for one in per_run for k in one})
@@ -736,7 +738,7 @@ def _group_b2(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], r
     direct = {"pybridge": lambda r, g: tasks.call_entry(jac, (np.int32(steps), g))}
     _spmd_rows("B2 weak Jacobi", s, client, timer, counts_ws, rows, inputs, impls, direct,
                lambda xp: (xp.ones((n, n), np.float32),), f"{n}²", weak=True, make_graph=graph,
-               repeat=s.repeat_weak, breakdown=("pybridge",))
+               repeat=s.repeat_weak, breakdown=("pybridge", "Dask alone (same graph, no work)"))
 
 
 def _group_b3(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], rows: Rows) -> None:
