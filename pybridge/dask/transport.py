@@ -61,16 +61,15 @@ class Communicator:
         out = {}
         for p, spec in recvs.items():
             peer = self._check_peer(p, "receive from")
-            if isinstance(spec, tuple):
+            flags = getattr(spec, "flags", None)
+            if isinstance(spec, (tuple, list)) and len(spec) == 2:
                 shp, dt = spec
                 out[peer] = (tuple(int(s) for s in shp), np.dtype(dt), None)
-                continue
-            flags = getattr(spec, "flags", None)
-            usable = flags is not None and flags.c_contiguous and getattr(flags, "writeable", True)  # CuPy's flags say no writeable
-            if not usable:
+            elif flags is not None and flags.c_contiguous and getattr(flags, "writeable", True):  # CuPy's flags have no writeable
+                out[peer] = (tuple(spec.shape), np.dtype(spec.dtype), spec)
+            else:
                 raise CommsError(f"rank {self.rank}: recvs[{peer}] must be (shape, dtype) or a C-contiguous, writable array "
                                  f"to receive into, got " + (f"a {type(spec).__name__} that is not" if flags is not None else repr(spec)))
-            out[peer] = (tuple(spec.shape), np.dtype(spec.dtype), spec)
         return out
 
     def broadcast(self, x: Any, root: int = 0, *, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:

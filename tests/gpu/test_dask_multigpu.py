@@ -65,6 +65,15 @@ def _collectives(comm, block):
     r, n = comm.rank, comm.size
     assert isinstance(block, cupy.ndarray)
     nxt = comm.exchange({(r + 1) % n: block}, {(r - 1) % n: (block.shape, block.dtype)})[(r - 1) % n]
+    # the same received into rows 1.. of a bigger device array (what halo_map does), which keeps row 0
+    into = cupy.full((block.shape[0] + 1,) + block.shape[1:], -1, block.dtype)
+    got = comm.exchange({(r + 1) % n: block}, {(r - 1) % n: into[1:]})[(r - 1) % n]
+    assert got.data.ptr == into[1:].data.ptr and bool((into[0] == -1).all()) and bool((into[1:] == nxt).all())
+    try:  # host memory: refused, naming what NCCL needs
+        comm.exchange({}, {(r - 1) % n: np.empty(block.shape, block.dtype)})
+        raise AssertionError("NCCL received into host memory")
+    except pbd.CommsError as e:
+        assert "only into a CuPy array on this worker's GPU" in str(e), e
     total = comm.allreduce(block, "sum")
     first = comm.broadcast(block if r == 0 else None, 0, shape=block.shape, dtype=block.dtype)
     return cupy.stack([nxt, total, first])[None]
