@@ -403,6 +403,12 @@ def test_scaling_benchmark_rows_section_and_plot(client, tmp_path):
     fit = [r for r in rows if r["impl"].startswith("fit")][0]
     assert fit["per_task_ms"] is not None and fit["target"] == scaling.TARGETS["B0"] and isinstance(fit["met"], bool)
     assert fit["smallest_ms"] > 0 and fit["plain_smallest_ms"] > 0
+    for impl in ("pybridge", "plain", "peer"):  # where B0's time goes: in the graph, and each task alone
+        assert fit[f"in_graph_{impl}_task_us"] > 0 and 0 < fit[f"in_graph_{impl}_busy"] < 2
+    assert all(fit[f"worker_{name}_us"] > 0 for name in ("pybridge", "pybridge_nosync", "entry", "peer", "plain"))
+    b2 = [r for r in rows if r["benchmark"] == "B2 weak Jacobi" and r["workers"] == 2 and not r["impl"].startswith("direct")]
+    assert all(r["phase_task_us"] > 0 and r["phase_to_start_us"] > 0 for r in b2) and len(b2) == 2
+    assert [r["phase_exchange_us"] > 0 and r["phase_compute_max_us"] > 0 for r in b2 if r["impl"].startswith("pybridge")] == [True]
     judged = [r for r in rows if r["workers"] == 2 and r["impl"].startswith("pybridge")]
     assert judged and all("met" in r for r in judged if r["benchmark"] == "B3 strong matmul")
     for r in rows:
@@ -452,6 +458,21 @@ def test_a_failed_group_and_a_spent_budget_are_reported_and_the_run_goes_on(clie
     rows = scaling.run(args, client=client)
     assert len(rows) == 1 and "the jacobi entry point is not available here" in rows[0]["skipped"]
     assert "- `jacobi`: " in (tmp_path / "t.md").read_text()
+
+
+def test_recorded_tasks_are_summarised_per_run():
+    from pybridge.bench.scaling import summarize_phases, summarize_tasks
+
+    runs = [(10.0, 10.010, [{"pid": 1, "start": 10.001, "end": 10.003, "compute_us": 5.0},
+                            {"pid": 1, "start": 10.004, "end": 10.006, "compute_us": 7.0},
+                            {"pid": 2, "start": 10.002, "end": 10.009, "compute_us": 6.0}])]
+    got = summarize_tasks(runs)
+    assert got["task_us"] == pytest.approx(2000.0) and got["busy"] == pytest.approx(0.7)
+    ph = summarize_phases(runs)  # the task that ended last is pid 2's
+    assert ph["phase_compute_us"] == 6.0 and ph["phase_compute_max_us"] == 7.0
+    assert ph["phase_to_start_us"] == pytest.approx(4000.0) and ph["phase_start_skew_us"] == pytest.approx(3000.0)
+    assert ph["phase_after_us"] == pytest.approx(1000.0) and ph["phase_run_us"] == pytest.approx(10000.0)
+    assert summarize_tasks([]) == {} and summarize_phases([]) == {}
 
 
 def test_b0_fit_is_not_bent_by_one_noisy_count():

@@ -326,6 +326,11 @@ def fit_overhead(times: dict[int, float]) -> tuple[float, float]:
     return fixed, per_task
 
 
+#: B0: runs of the biggest graph recording its tasks' times, per implementation (after the timed runs).
+B0_RECORDED_RUNS = 3
+_B0_SHORT = {"pybridge": "pybridge", "plain Dask": "plain"}  # and "peer" for Dask + CuPy / NumPy
+
+
 def _group_b0(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], rows: Rows) -> None:
     """Graphs of T tasks doing (almost) nothing on resident blocks of 1024 elements: pybridge's
     saxpy per block against plain Dask's same graph passing a block through."""
@@ -338,6 +343,7 @@ def _group_b0(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], r
     a = np.float32(2.0)
     peer = _peer(s)  # the same saxpy per block: Dask's floor for a graph doing GPU work
     times: dict[str, dict[int, float]] = {"pybridge": {}, "plain Dask": {}, peer: {}}
+    in_graph: dict[str, float] = {}
     for t in s.sizes["tasks"]:
         b = s.sizes["b0_block"]
         x = pbd.random((t * b,), chunks=b, seed=t, device=s.gpu, workers=ws)
@@ -352,6 +358,11 @@ def _group_b0(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], r
         for label, r in _timed_rows("B0 overhead", t, k, timer, graphs, repeat=s.repeat_b0).items():
             times[label.split(",")[0]][t] = r["median_us"] * 1e-6
             rows.append(r)
+        if t == max(s.sizes["tasks"]):  # the biggest graph's tasks, timed inside it: do the workers bound it?
+            for label, make in graphs.items():
+                summary = summarize_tasks(_recorded_runs(s, client, ws, make, B0_RECORDED_RUNS))
+                short = _B0_SHORT.get(label.split(",")[0], "peer")
+                in_graph.update({f"in_graph_{short}_{what}": v for what, v in summary.items()})
         del x
     (fixed, per_task), (pfixed, pper) = fit_overhead(times["pybridge"]), fit_overhead(times["plain Dask"])
     both = sorted(set(times["pybridge"]) & set(times["plain Dask"]))
@@ -368,6 +379,7 @@ def _group_b0(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], r
                per_task_ms=per_task * 1e3, plain_fixed_ms=pfixed * 1e3, plain_per_task_ms=pper * 1e3,
                smallest_ms=times["pybridge"][smallest] * 1e3, plain_smallest_ms=times["plain Dask"][smallest] * 1e3,
                worst_ratio=ratios[worst], worst_tasks=worst, target=TARGETS["B0"], **peer_fit)
+    fit.update(in_graph)
     # Each task function alone on a worker (no scheduler, no network): where a task's cost lies.
     fut = client.submit(tasks.task_costs, s.entry("saxpy"), a, s.sizes["b0_block"], s.gpu, workers=[ws[0]], pure=False)
     fit.update({f"worker_{name}_us": us for name, us in fut.result(timeout=RUN_TIMEOUT_S).items()})
@@ -441,14 +453,21 @@ PHASE_RUNS = 5
 def _phase_breakdown(s: Setup, client: Any, ws: list[str], make: Callable[[], Any]) -> dict[str, float]:
     """Where a run's time goes (``pybridge.dask.phases``: halo tasks record it), from ``PHASE_RUNS``
     runs with the workers recording: ``summarize_phases`` of what they recorded."""
+    return summarize_phases(_recorded_runs(s, client, ws, make, PHASE_RUNS))
+
+
+def _recorded_runs(s: Setup, client: Any, ws: list[str], make: Callable[[], Any],
+                   runs: int) -> list[tuple[float, float, list[dict[str, Any]]]]:
+    """``runs`` runs of ``make`` with ``ws`` recording (``pybridge.dask.phases``), apart from the
+    timed ones: per run, the client's submit and done wall-clock times and the tasks' records."""
     from distributed import futures_of, wait
 
     from pybridge.dask import phases
 
-    runs = []
+    out = []
     client.run(phases.record, True, workers=ws)
     try:
-        for _ in range(PHASE_RUNS):
+        for _ in range(runs):
             s.check_time("a run recording its phases")
             t0 = time.time()
             res = make()
@@ -457,11 +476,25 @@ def _phase_breakdown(s: Setup, client: Any, ws: list[str], make: Callable[[], An
             del res
             got = [rec for recs in client.run(phases.take, workers=ws).values() for rec in recs]
             if got:
-                runs.append((t0, t1, got))
+                out.append((t0, t1, got))
             time.sleep(QUIET_S)
     finally:
         client.run(phases.record, False, workers=ws)
-    return summarize_phases(runs)
+    return out
+
+
+def summarize_tasks(runs: list[tuple[float, float, list[dict[str, Any]]]]) -> dict[str, float]:
+    """Medians over runs of: ``task_us``, a task's own time (its records' median, start to end),
+    and ``busy``, the busiest worker's tasks' time over the run's (near 1: the workers bound the
+    run; near 0: Dask's scheduling does)."""
+    tasks_us, busy = [], []
+    for t0, t1, recs in runs:
+        per_pid: dict[int, float] = {}
+        for r in recs:
+            per_pid[r["pid"]] = per_pid.get(r["pid"], 0.0) + (r["end"] - r["start"])
+            tasks_us.append((r["end"] - r["start"]) * 1e6)
+        busy.append(max(per_pid.values()) / (t1 - t0))
+    return {"task_us": float(np.median(tasks_us)), "busy": float(np.median(busy))} if runs else {}
 
 
 def summarize_phases(runs: list[tuple[float, float, list[dict[str, Any]]]]) -> dict[str, float]:

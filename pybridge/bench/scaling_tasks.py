@@ -45,15 +45,21 @@ def first(x: Any, y: Any) -> Any:
     """B0's plain-Dask task: the block passed through (no work), ending as every timed task does
     (its GPU work waited for). A module-level function, as a Dask user writes one: a closure
     (``synced(...)``) would be pickled by value with every task and slow plain Dask down."""
+    clock = phases.clock(False)
     wait_for_device(x)
+    if clock is not None:
+        clock.finish()
     return x
 
 
 def saxpy_block(x: Any, y: Any, a: Any) -> Any:
     """B0's Dask + CuPy task (NumPy on CPU workers): the same saxpy as pybridge's, written as a CuPy
     user writes it, ending as every timed task does. Module-level for the reason ``first`` is."""
+    clock = phases.clock(False)
     out = a * x + y
     wait_for_device(out)
+    if clock is not None:
+        clock.finish()
     return out
 
 

@@ -26,6 +26,7 @@ from ..futhark import ArrayHandle, ArrayKind, FutharkError, Library
 from ..futhark.gpustream import futhark_stream
 from ..futhark.types import PRIMITIVES
 from ..ordering import LEGACY
+from . import phases
 from .refs import GPU_BACKENDS, EntryRef
 from .workers import DEVICE_ENV, Slot, device_ordinal, worker_device, worker_label, worker_slot
 
@@ -283,7 +284,11 @@ def map_block(shared: Shared, block: tuple[int, ...], location: tuple[tuple[int,
     ``BlockCall``'s arguments; ``block`` and ``location`` (its elements along each axis), written
     into the task when the graph was built, name the block in an error."""
     call = shared.value
-    return call_entry(call.entry, call.arguments(values), block, call.nblocks, location, call.sync)
+    clock = phases.clock(False)
+    out = call_entry(call.entry, call.arguments(values), block, call.nblocks, location, call.sync)
+    if clock is not None:
+        clock.finish()
+    return out
 
 
 def reduce_block(entry: EntryRef, block: tuple[int, ...], nblocks: tuple[int, ...], *args: Any) -> Any:

@@ -9,12 +9,14 @@ scaling`` asks, for B2's halo tasks, in runs apart from the timed ones).
 A record has, for each phase, its device time (``<phase>_us``: CUDA events on the task thread's
 current CuPy stream, which Futhark's work is ordered on; host clocks for host blocks) and its host
 time (``<phase>_host_us``), the task's wall-clock start and end (``time.time()``, comparable between
-the worker processes of one machine and with the client's), and what the task adds (its rank). When
-not recording, a task pays one global read (``clock`` returns None).
+the worker processes of one machine and with the client's), its process, and what the task adds
+(its rank). ``pbd.map_blocks`` tasks record their start and end only. When not recording, a task
+pays one global read (``clock`` returns None).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from typing import Any
@@ -86,7 +88,7 @@ class PhaseClock:
         for name, a, b in self.spans:
             b.synchronize()
             out[f"{name}_us"] = self._cupy.cuda.get_elapsed_time(a, b) * 1e3
-        out["start"], out["end"] = self.start, time.time()
+        out["start"], out["end"], out["pid"] = self.start, time.time(), os.getpid()
         if _records is not None:
             _records.append(out)
 
