@@ -27,6 +27,7 @@ if GPU_OK:
     distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
 
 import pybridge.dask as pbd  # noqa: E402
+from pybridge.dask import phases  # noqa: E402
 from pybridge.demo.examples import jacobi_reference  # noqa: E402
 import pybridge.futhark as pf  # noqa: E402
 from pybridge.paths import find_build_file  # noqa: E402
@@ -116,10 +117,17 @@ def test_jacobi_halos_over_nccl_equal_the_whole_grid(client, k):
     rows, m, steps = 64, 48, 10
     g = pbd.random((k * rows, m), chunks=(rows, m), seed=11, distribution="random", device=True, workers=ws)
     with pbd.Comms(client, workers=ws, transport="nccl") as comms:
-        out = pbd.halo_map(jac, np.int32(steps), g, depth=steps, comms=comms)
-        assert isinstance(out._meta, cupy.ndarray)
-        got = pbd.to_host(out).compute()
+        client.run(phases.record, True, workers=ws)  # the breakdown the benchmark prints, from CUDA events
+        try:
+            out = pbd.halo_map(jac, np.int32(steps), g, depth=steps, comms=comms)
+            assert isinstance(out._meta, cupy.ndarray)
+            got = pbd.to_host(out).compute()
+            recs = [r for rs in client.run(phases.take, workers=ws).values() for r in rs]
+        finally:
+            client.run(phases.record, False, workers=ws)
     np.testing.assert_allclose(got, jacobi_reference(steps, pbd.to_host(g).compute()), rtol=1e-6, atol=1e-6)
+    assert sorted(r["rank"] for r in recs) == list(range(k))
+    assert all(r["copy_us"] > 0 and r["compute_us"] > 0 and r["exchange_us"] >= 0 for r in recs), recs
 
 
 def test_plugin_loads_once_per_gpu_and_tasks_reuse_it(client):
