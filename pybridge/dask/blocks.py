@@ -89,9 +89,11 @@ class _HandleOwner:
     view dies: under the context's call lock if it is free at once, else (a view collected while
     another thread calls, which could deadlock two contexts' locks) by the next call on the context."""
 
-    def __init__(self, handle: ArrayHandle, slot: Slot, consumer_stream: int):
+    def __init__(self, handle: ArrayHandle, slot: Slot, consumer_stream: int, settled: bool = False):
         self.handle, self.slot = handle, slot
         cai = dict(handle.__cuda_array_interface__)
+        if settled:  # the context was synchronised after the call: the data needs no waiting at all
+            cai["stream"] = None
         fs = futhark_stream(handle.library)
         if cai["stream"] is not None and fs is not None:
             # CuPy would block the host on Futhark's stream; the stream CuPy uses next waits on the
@@ -131,12 +133,12 @@ def _argument(lib: Library, type_name: str, value: Any, device: int, temps: list
     return h
 
 
-def _result(value: Any, on_device: bool, device: int, slot: Slot) -> Any:
+def _result(value: Any, on_device: bool, device: int, slot: Slot, settled: bool = False) -> Any:
     if isinstance(value, ArrayHandle):
         if on_device:
             cupy = _cupy()
             with cupy.cuda.Device(device):
-                return cupy.asarray(_HandleOwner(value, slot, cupy.cuda.get_current_stream().ptr or LEGACY))
+                return cupy.asarray(_HandleOwner(value, slot, cupy.cuda.get_current_stream().ptr or LEGACY, settled))
         out = value.numpy()
         value.free()
         return out
@@ -199,11 +201,12 @@ def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequen
     try:
         call_args = [_argument(lib, p.type, a, device, temps) for p, a in zip(ep.info.inputs, args)]
         results = ep(*call_args)
-        if sync and lib.backend in GPU_BACKENDS:
+        settled = sync and lib.backend in GPU_BACKENDS
+        if settled:
             lib.context.sync()
         if isinstance(results, tuple):
-            return tuple(_result(r, on_device, device, slot) for r in results)
-        return _result(results, on_device, device, slot)
+            return tuple(_result(r, on_device, device, slot, settled) for r in results)
+        return _result(results, on_device, device, slot, settled)
     except FutharkError as e:
         # The context stays usable: Futhark 0.25.32's multicore scheduler kept a failed call's
         # error flag, which csource.py now clears at every call (tests/test_multicore_errors.py).
