@@ -125,6 +125,106 @@ def test_jacobi_with_halos_equals_the_whole_grid(client, comms, rows, steps, dep
     np.testing.assert_array_equal(got, jacobi_reference(steps, g.compute()))
 
 
+from pybridge.dask.transport import Communicator  # noqa: E402
+
+
+class _Loopback(Communicator):
+    """Rank ``rank`` of ``len(blocks)`` in one process: what each neighbour sends is read from its
+    block (its first ``depth`` rows up, its last ``depth`` rows down), and what this rank sends is
+    checked to be what the neighbour expects, so ``extend_rows`` is tested without workers."""
+
+    def __init__(self, rank, blocks):
+        super().__init__("loop", rank, len(blocks), 1.0)
+        self.blocks = blocks
+
+    def exchange(self, sends, recvs):
+        mine = self.blocks[self.rank]
+        for p, x in sends.items():
+            d = x.shape[0]
+            np.testing.assert_array_equal(x, mine[:d] if p == self.rank - 1 else mine[mine.shape[0] - d:])
+        got = {}
+        for p, (shp, dt, into) in self._receive_specs(recvs).items():
+            d = shp[0]
+            theirs = self.blocks[p]
+            got[p] = into if into is not None else np.empty(shp, dt)
+            got[p][...] = theirs[theirs.shape[0] - d:] if p == self.rank - 1 else theirs[:d]
+        return got
+
+
+@pytest.mark.parametrize("rows,depth", [((5, 7, 6), 4), ((3,), 2), ((4, 4), 0), ((2, 9, 3, 5), 2), ((6, 6), 6)])
+def test_extend_rows_receives_into_the_extended_block(rows, depth):
+    from pybridge.dask.spmd import extend_rows
+
+    rng = np.random.default_rng(sum(rows))
+    blocks = [rng.standard_normal((n, 3)).astype(np.float32) for n in rows]
+    for r, block in enumerate(blocks):
+        ext, top, bottom = extend_rows(_Loopback(r, blocks), block, depth)
+        if depth == 0 or len(blocks) == 1:
+            assert ext is block and top == bottom == 0
+            continue
+        want = np.concatenate(([blocks[r - 1][len(blocks[r - 1]) - depth:]] if r else [])
+                              + [block] + ([blocks[r + 1][:depth]] if r < len(blocks) - 1 else []))
+        np.testing.assert_array_equal(ext, want)
+        assert (top, bottom) == (depth if r else 0, depth if r < len(blocks) - 1 else 0)
+        assert ext.flags.c_contiguous and not np.shares_memory(ext, block)
+
+
+def _into_buffers(comm, block):
+    """Receive the previous rank's block into rows 1.. of a buffer, then try two bad targets."""
+    r, n = comm.rank, comm.size
+    buf = np.full((block.shape[0] + 1,) + block.shape[1:], -1.0, block.dtype)
+    got = comm.exchange({(r + 1) % n: block}, {(r - 1) % n: buf[1:]})[(r - 1) % n]
+    assert got is not None and np.shares_memory(got, buf)
+    errors = []
+    for bad in (buf[:, :1], [0.0]):  # not C-contiguous; not an array
+        try:
+            comm.exchange({}, {(r - 1) % n: bad})
+        except pbd.CommsError as e:
+            errors.append(str(e))
+    assert len(errors) == 2, errors
+    assert "must be (shape, dtype) or a C-contiguous, writable array" in errors[0], errors[0]
+    return buf[None]
+
+
+def test_exchange_receives_into_a_given_array(client, comms):
+    x = pbd.random((NWORKERS * 4, 2), chunks=(4, 2), seed=2)
+    xs = x.compute()
+    out = pbd.spmd(_into_buffers, x, comms=comms, chunks=((1,) * NWORKERS, (5,), (2,))).compute()
+    for r in range(NWORKERS):
+        assert (out[r, 0] == -1).all()
+        np.testing.assert_array_equal(out[r, 1:], xs.reshape(NWORKERS, 4, 2)[(r - 1) % NWORKERS])
+
+
+def test_halo_tasks_record_their_phases_when_asked(client, comms):
+    """The breakdown ``pybridge bench scaling`` prints for B2: each halo task's phases, recorded
+    only while the workers are asked to, and summarised per run by the task that ended last."""
+    from pybridge.bench.scaling import summarize_phases
+    from pybridge.dask import phases
+
+    g = pbd.random((3 * 6, 5), chunks=(6, 5), seed=4, distribution="random")
+    jac = pbd.entry(JACOBI, "jacobi", backend="c")
+    client.run(phases.record, True)
+    try:
+        t0 = time.time()
+        got = pbd.halo_map(jac, np.int32(2), g, depth=2, comms=comms, sync=True).compute()
+        t1 = time.time()
+        recs = [r for rs in client.run(phases.take).values() for r in rs]
+        assert not [r for rs in client.run(phases.take).values() for r in rs]  # taken: gone
+    finally:
+        client.run(phases.record, False)
+    np.testing.assert_array_equal(got, jacobi_reference(2, g.compute()))
+    assert sorted(r["rank"] for r in recs) == [0, 1, 2]
+    for r in recs:
+        for phase in ("assemble", "exchange", "compute", "trim"):
+            assert r[f"{phase}_us"] >= 0 and r[f"{phase}_host_us"] >= 0
+        assert t0 <= r["start"] <= r["end"] <= t1
+    summary = summarize_phases([(t0, t1, recs)])
+    assert summary["phase_compute_max_us"] == max(r["compute_us"] for r in recs)
+    assert summary["phase_task_us"] >= summary["phase_compute_us"] and summary["phase_to_start_us"] >= 0
+    pbd.halo_map(jac, np.int32(1), g, depth=1, comms=comms).compute()
+    assert not [r for rs in client.run(phases.take).values() for r in rs]  # not recording: nothing kept
+
+
 def test_wrong_chunking_is_refused_before_any_task(client, comms):
     before = set(client.run_on_scheduler(scheduler_keys))
     lazy = da.ones((12, 4), chunks=(2, 4), dtype=np.float32)  # 6 blocks for 3 workers
@@ -303,6 +403,12 @@ def test_scaling_benchmark_rows_section_and_plot(client, tmp_path):
     fit = [r for r in rows if r["impl"].startswith("fit")][0]
     assert fit["per_task_ms"] is not None and fit["target"] == scaling.TARGETS["B0"] and isinstance(fit["met"], bool)
     assert fit["smallest_ms"] > 0 and fit["plain_smallest_ms"] > 0
+    for impl in ("pybridge", "plain", "peer"):  # where B0's time goes: in the graph, and each task alone
+        assert fit[f"in_graph_{impl}_task_us"] > 0 and 0 < fit[f"in_graph_{impl}_busy"] < 2
+    assert all(fit[f"worker_{name}_us"] > 0 for name in ("pybridge", "pybridge_nosync", "entry", "peer", "plain"))
+    b2 = [r for r in rows if r["benchmark"] == "B2 weak Jacobi" and r["workers"] == 2 and not r["impl"].startswith("direct")]
+    assert all(r["phase_task_us"] > 0 and r["phase_to_start_us"] > 0 for r in b2) and len(b2) == 2
+    assert [r["phase_exchange_us"] > 0 and r["phase_compute_max_us"] > 0 for r in b2 if r["impl"].startswith("pybridge")] == [True]
     judged = [r for r in rows if r["workers"] == 2 and r["impl"].startswith("pybridge")]
     assert judged and all("met" in r for r in judged if r["benchmark"] == "B3 strong matmul")
     for r in rows:
@@ -352,6 +458,21 @@ def test_a_failed_group_and_a_spent_budget_are_reported_and_the_run_goes_on(clie
     rows = scaling.run(args, client=client)
     assert len(rows) == 1 and "the jacobi entry point is not available here" in rows[0]["skipped"]
     assert "- `jacobi`: " in (tmp_path / "t.md").read_text()
+
+
+def test_recorded_tasks_are_summarised_per_run():
+    from pybridge.bench.scaling import summarize_phases, summarize_tasks
+
+    runs = [(10.0, 10.010, [{"pid": 1, "start": 10.001, "end": 10.003, "compute_us": 5.0},
+                            {"pid": 1, "start": 10.004, "end": 10.006, "compute_us": 7.0},
+                            {"pid": 2, "start": 10.002, "end": 10.009, "compute_us": 6.0}])]
+    got = summarize_tasks(runs)
+    assert got["task_us"] == pytest.approx(2000.0) and got["busy"] == pytest.approx(0.7)
+    ph = summarize_phases(runs)  # the task that ended last is pid 2's
+    assert ph["phase_compute_us"] == 6.0 and ph["phase_compute_max_us"] == 7.0
+    assert ph["phase_to_start_us"] == pytest.approx(4000.0) and ph["phase_start_skew_us"] == pytest.approx(3000.0)
+    assert ph["phase_after_us"] == pytest.approx(1000.0) and ph["phase_run_us"] == pytest.approx(10000.0)
+    assert summarize_tasks([]) == {} and summarize_phases([]) == {}
 
 
 def test_b0_fit_is_not_bent_by_one_noisy_count():

@@ -326,6 +326,11 @@ def fit_overhead(times: dict[int, float]) -> tuple[float, float]:
     return fixed, per_task
 
 
+#: B0: runs of the biggest graph recording its tasks' times, per implementation (after the timed runs).
+B0_RECORDED_RUNS = 3
+_B0_SHORT = {"pybridge": "pybridge", "plain Dask": "plain"}  # and "peer" for Dask + CuPy / NumPy
+
+
 def _group_b0(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], rows: Rows) -> None:
     """Graphs of T tasks doing (almost) nothing on resident blocks of 1024 elements: pybridge's
     saxpy per block against plain Dask's same graph passing a block through."""
@@ -338,6 +343,7 @@ def _group_b0(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], r
     a = np.float32(2.0)
     peer = _peer(s)  # the same saxpy per block: Dask's floor for a graph doing GPU work
     times: dict[str, dict[int, float]] = {"pybridge": {}, "plain Dask": {}, peer: {}}
+    in_graph: dict[str, float] = {}
     for t in s.sizes["tasks"]:
         b = s.sizes["b0_block"]
         x = pbd.random((t * b,), chunks=b, seed=t, device=s.gpu, workers=ws)
@@ -352,6 +358,11 @@ def _group_b0(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], r
         for label, r in _timed_rows("B0 overhead", t, k, timer, graphs, repeat=s.repeat_b0).items():
             times[label.split(",")[0]][t] = r["median_us"] * 1e-6
             rows.append(r)
+        if t == max(s.sizes["tasks"]):  # the biggest graph's tasks, timed inside it: do the workers bound it?
+            for label, make in graphs.items():
+                summary = summarize_tasks(_recorded_runs(s, client, ws, make, B0_RECORDED_RUNS))
+                short = _B0_SHORT.get(label.split(",")[0], "peer")
+                in_graph.update({f"in_graph_{short}_{what}": v for what, v in summary.items()})
         del x
     (fixed, per_task), (pfixed, pper) = fit_overhead(times["pybridge"]), fit_overhead(times["plain Dask"])
     both = sorted(set(times["pybridge"]) & set(times["plain Dask"]))
@@ -368,6 +379,10 @@ def _group_b0(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], r
                per_task_ms=per_task * 1e3, plain_fixed_ms=pfixed * 1e3, plain_per_task_ms=pper * 1e3,
                smallest_ms=times["pybridge"][smallest] * 1e3, plain_smallest_ms=times["plain Dask"][smallest] * 1e3,
                worst_ratio=ratios[worst], worst_tasks=worst, target=TARGETS["B0"], **peer_fit)
+    fit.update(in_graph)
+    # Each task function alone on a worker (no scheduler, no network): where a task's cost lies.
+    fut = client.submit(tasks.task_costs, s.entry("saxpy"), a, s.sizes["b0_block"], s.gpu, workers=[ws[0]], pure=False)
+    fit.update({f"worker_{name}_us": us for name, us in fut.result(timeout=RUN_TIMEOUT_S).items()})
     judge_b0(fit)
     rows.append(fit)
 
@@ -379,9 +394,11 @@ def _spmd_rows(group: str, s: Setup, client: Any, timer: Timer, counts_ws: list[
                make_inputs: Callable[[list[str], Any], tuple[Any, ...]], impls: dict[str, Any],
                direct: dict[str, Callable[..., Any]], direct_inputs: Callable[[Any], tuple[Any, ...]],
                size: Any, weak: bool, work_bytes: float | None = None,
-               make_graph: Callable[..., Any] | None = None, repeat: int | None = None) -> None:
+               make_graph: Callable[..., Any] | None = None, repeat: int | None = None,
+               breakdown: tuple[str, ...] = ()) -> None:
     """One row group: the direct baseline(s) on rank 0's worker, then every implementation over the
-    first k workers for each k; speedup (strong) or efficiency (weak) against the direct time."""
+    first k workers for each k; speedup (strong) or efficiency (weak) against the direct time.
+    ``breakdown``: implementations whose rows also get where a run's time goes (``_phase_breakdown``)."""
     import pybridge.dask as pbd
 
     base: dict[str, float] = {}
@@ -423,8 +440,83 @@ def _spmd_rows(group: str, s: Setup, client: Any, timer: Timer, counts_ws: list[
                     r["speedup"] = ref / t
             if work_bytes:
                 r["GB/s"] = k ** (1 if weak else 0) * work_bytes / t / 1e9
+            if impl in breakdown:
+                r.update(_phase_breakdown(s, client, ws, makes[impl]))
             rows.append(r)
         del inputs
+
+
+#: Runs of a row whose tasks record where their time goes: after its timed runs, apart from them.
+PHASE_RUNS = 5
+
+
+def _phase_breakdown(s: Setup, client: Any, ws: list[str], make: Callable[[], Any]) -> dict[str, float]:
+    """Where a run's time goes (``pybridge.dask.phases``: halo tasks record it), from ``PHASE_RUNS``
+    runs with the workers recording: ``summarize_phases`` of what they recorded."""
+    return summarize_phases(_recorded_runs(s, client, ws, make, PHASE_RUNS))
+
+
+def _recorded_runs(s: Setup, client: Any, ws: list[str], make: Callable[[], Any],
+                   runs: int) -> list[tuple[float, float, list[dict[str, Any]]]]:
+    """``runs`` runs of ``make`` with ``ws`` recording (``pybridge.dask.phases``), apart from the
+    timed ones: per run, the client's submit and done wall-clock times and the tasks' records."""
+    from distributed import futures_of, wait
+
+    from pybridge.dask import phases
+
+    out = []
+    client.run(phases.record, True, workers=ws)
+    try:
+        for _ in range(runs):
+            s.check_time("a run recording its phases")
+            t0 = time.time()
+            res = make()
+            wait(futures_of(res), timeout=min(RUN_TIMEOUT_S, max(10.0, s.left())))
+            t1 = time.time()
+            del res
+            got = [rec for recs in client.run(phases.take, workers=ws).values() for rec in recs]
+            if got:
+                out.append((t0, t1, got))
+            time.sleep(QUIET_S)
+    finally:
+        client.run(phases.record, False, workers=ws)
+    return out
+
+
+def summarize_tasks(runs: list[tuple[float, float, list[dict[str, Any]]]]) -> dict[str, float]:
+    """Medians over runs of: ``task_us``, a task's own time (its records' median, start to end),
+    and ``busy``, the busiest worker's tasks' time over the run's (near 1: the workers bound the
+    run; near 0: Dask's scheduling does)."""
+    tasks_us, busy = [], []
+    for t0, t1, recs in runs:
+        per_pid: dict[int, float] = {}
+        for r in recs:
+            per_pid[r["pid"]] = per_pid.get(r["pid"], 0.0) + (r["end"] - r["start"])
+            tasks_us.append((r["end"] - r["start"]) * 1e6)
+        busy.append(max(per_pid.values()) / (t1 - t0))
+    return {"task_us": float(np.median(tasks_us)), "busy": float(np.median(busy))} if runs else {}
+
+
+def summarize_phases(runs: list[tuple[float, float, list[dict[str, Any]]]]) -> dict[str, float]:
+    """Medians over runs (each: client's submit and done wall-clock times, the tasks' records) of
+    the slowest task's phases (the one that ended last), ``phase_`` before each name, and of:
+    ``phase_compute_max_us`` (the longest compute of any rank), ``phase_run_us`` (the run, submit to
+    done, as the client saw it), ``phase_to_start_us`` (submit to the
+    last task's start), ``phase_start_skew_us`` (first to last task start), ``phase_task_us`` (the
+    slowest task, start to end) and ``phase_after_us`` (its end to the client seeing the run done)."""
+    per_run: list[dict[str, float]] = []
+    for t0, t1, recs in runs:
+        last = max(recs, key=lambda r: r["end"])
+        one = {f"phase_{k}": float(v) for k, v in last.items() if k.endswith("_us")}
+        if any("compute_us" in r for r in recs):
+            one["phase_compute_max_us"] = max(float(r.get("compute_us", 0.0)) for r in recs)
+        starts = [r["start"] for r in recs]
+        one.update(phase_run_us=(t1 - t0) * 1e6, phase_to_start_us=(max(starts) - t0) * 1e6,
+                   phase_start_skew_us=(max(starts) - min(starts)) * 1e6,
+                   phase_task_us=(last["end"] - last["start"]) * 1e6, phase_after_us=(t1 - last["end"]) * 1e6)
+        per_run.append(one)
+    keys = sorted({k for one in per_run for k in one})
+    return {k: float(np.median([one[k] for one in per_run if k in one])) for k in keys}
 
 
 def _bind(graph: Callable[..., Any], *args: Any) -> Callable[[], Any]:
@@ -679,7 +771,7 @@ def _group_b2(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], r
     direct = {"pybridge": lambda r, g: tasks.call_entry(jac, (np.int32(steps), g))}
     _spmd_rows("B2 weak Jacobi", s, client, timer, counts_ws, rows, inputs, impls, direct,
                lambda xp: (xp.ones((n, n), np.float32),), f"{n}²", weak=True, make_graph=graph,
-               repeat=s.repeat_weak)
+               repeat=s.repeat_weak, breakdown=("pybridge", "Dask alone (same graph, no work)"))
 
 
 def _group_b3(s: Setup, client: Any, timer: Timer, counts_ws: list[list[str]], rows: Rows) -> None:

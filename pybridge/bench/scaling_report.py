@@ -102,7 +102,15 @@ def write_section(path: str, rows: list[dict[str, Any]], meta: dict[str, Any], p
         "elements against plain Dask's `da.map_blocks` of a module-level function passing its block through and "
         "Dask + CuPy's `da.map_blocks` doing the same saxpy (`a * x + y`), fixed "
         "and per-task costs fitted by repeated medians (Siegel: one slow count bends neither), the smallest graph's "
-        "time beside them. " + _b4_text(meta),
+        "time beside them. Where the time goes, measured in runs apart from the timed ones: B2's `phase_*` "
+        "(5 runs with the workers recording, the task that ended last: `assemble` (the extended block allocated, "
+        "its copy queued), `copy` (the block into it, on its own stream), `exchange` (the halos, NCCL, and the "
+        "wait for the copy), `compute` (the entry point; `compute_max` of any rank), `trim`, device times from "
+        "CUDA events and `_host_us` host times; `to_start` submit to the last task's start, `start_skew`, `task`, "
+        "`after` its end to the client seeing the run done); B0's `in_graph_<impl>_task_us` and `_busy` (the "
+        "biggest graph's tasks timed inside it; busy: the busiest worker's task time over the run's) and "
+        "`worker_<impl>_us` (each task function alone on a worker, no scheduler: `entry` is the entry point alone "
+        "on handles made beforehand). " + _b4_text(meta),
         "",
         "**Targets.** \"met\": yes, the target is met; floor, it is missed, but Dask's own floor for that graph, "
         "measured in this run on the same workers, rules it out and the row is within "

@@ -14,13 +14,18 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..dask import phases
 from ..dask.blocks import array_module, call_entry, wait_for_device
 
 # ---------------------------------------------------------------- per-rank work
 
 
 def floor(comm: Any, *blocks: Any) -> Any:
-    """Dask's own cost of the graph: the task returns a one-element slice of its first block."""
+    """Dask's own cost of the graph: the task returns a one-element slice of its first block (and
+    when its worker records phases, its start and end: the runs' times beside pybridge's)."""
+    clock = phases.clock(False)
+    if clock is not None:
+        clock.finish(rank=comm.rank, size=comm.size)
     return blocks[0][:1]
 
 
@@ -40,15 +45,76 @@ def first(x: Any, y: Any) -> Any:
     """B0's plain-Dask task: the block passed through (no work), ending as every timed task does
     (its GPU work waited for). A module-level function, as a Dask user writes one: a closure
     (``synced(...)``) would be pickled by value with every task and slow plain Dask down."""
+    clock = phases.clock(False)
     wait_for_device(x)
+    if clock is not None:
+        clock.finish()
     return x
 
 
 def saxpy_block(x: Any, y: Any, a: Any) -> Any:
     """B0's Dask + CuPy task (NumPy on CPU workers): the same saxpy as pybridge's, written as a CuPy
     user writes it, ending as every timed task does. Module-level for the reason ``first`` is."""
+    clock = phases.clock(False)
     out = a * x + y
     wait_for_device(out)
+    if clock is not None:
+        clock.finish()
+    return out
+
+
+def task_costs(entry: Any, a: Any, block_len: int, gpu: bool, batch: int = 200, batches: int = 5) -> dict[str, float]:
+    """On a worker: µs per call of each B0 task function on a block of ``block_len`` elements made
+    there (the median of ``batches`` batches of ``batch`` calls, after one warm-up batch), the
+    scheduler and the network left out: ``pybridge`` (``blocks.map_block`` as a worker runs it,
+    its shared call unpickled as a worker gets it, ``sync=True``), ``pybridge_nosync`` (the same
+    without the wait), ``entry`` (the entry point alone on handles made beforehand: Futhark's part),
+    ``peer`` (B0's CuPy / NumPy saxpy task) and ``plain`` (plain Dask's pass-through task)."""
+    import pickle
+
+    from ..dask.blocks import BlockCall, Shared, map_block
+    from ..dask.workers import worker_slot
+    from ..futhark import ArrayKind
+
+    xp: Any = np
+    if gpu:
+        import cupy
+
+        xp = cupy
+    x = xp.ones(block_len, np.float32)
+    location = ((0, block_len),)
+    calls = {sync: pickle.loads(pickle.dumps(Shared(BlockCall(entry, [a, None, None], [1, 2], (1,), sync)))) for sync in (True, False)}
+    slot = worker_slot(entry.library)
+    ep = slot.library.entry_points[entry.name]
+    kind = slot.library.types[ep.info.inputs[1].type]
+    assert isinstance(kind, ArrayKind)  # saxpy's x: an array type
+    handle = kind.from_cuda(x) if gpu else kind.new(x)
+
+    def entry_alone() -> None:
+        with slot.lock:
+            ep(a, handle, handle).free()
+
+    fns: dict[str, Callable[[], Any]] = {
+        "pybridge": lambda: map_block(calls[True], (0,), location, x, x),
+        "pybridge_nosync": lambda: map_block(calls[False], (0,), location, x, x),
+        "entry": entry_alone,
+        "peer": lambda: saxpy_block(x, x, a),
+        "plain": lambda: first(x, x),
+    }
+    out = {}
+    for name, fn in fns.items():
+        times = []
+        for i in range(batches + 1):
+            wait_for_device(x)
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            if i:
+                times.append((time.perf_counter() - t0) / batch * 1e6)
+        out[name] = float(np.median(times))
+    wait_for_device(x)
+    with slot.lock:
+        handle.free()
     return out
 
 

@@ -26,12 +26,26 @@ from ..futhark import ArrayHandle, ArrayKind, FutharkError, Library
 from ..futhark.gpustream import futhark_stream
 from ..futhark.types import PRIMITIVES
 from ..ordering import LEGACY
+from . import phases
 from .refs import GPU_BACKENDS, EntryRef
 from .workers import DEVICE_ENV, Slot, device_ordinal, worker_device, worker_label, worker_slot
 
 
+#: Types whose every instance is (True) or is not (False) a device array, decided without reading
+#: ``__cuda_array_interface__``: CuPy builds that dictionary anew at each read, and a task asks for
+#: each of its blocks several times. Other types (PyTorch's: a CPU tensor has the attribute's
+#: property but raises) are asked each time.
+_DEVICE_TYPES: dict[type, bool] = {np.ndarray: False}
+
+
 def is_device_array(x: Any) -> bool:
-    return hasattr(x, "__cuda_array_interface__") and not isinstance(x, ArrayHandle)
+    known = _DEVICE_TYPES.get(type(x))
+    if known is not None:
+        return known
+    found = hasattr(x, "__cuda_array_interface__") and not isinstance(x, ArrayHandle)
+    if found and type(x).__module__.partition(".")[0] == "cupy" and type(x).__name__ == "ndarray":
+        _DEVICE_TYPES[type(x)] = True  # a CuPy array is always in device memory
+    return found
 
 
 def array_module(x: Any) -> Any:
@@ -75,9 +89,11 @@ class _HandleOwner:
     view dies: under the context's call lock if it is free at once, else (a view collected while
     another thread calls, which could deadlock two contexts' locks) by the next call on the context."""
 
-    def __init__(self, handle: ArrayHandle, slot: Slot, consumer_stream: int):
+    def __init__(self, handle: ArrayHandle, slot: Slot, consumer_stream: int, settled: bool = False):
         self.handle, self.slot = handle, slot
         cai = dict(handle.__cuda_array_interface__)
+        if settled:  # the context was synchronised after the call: the data needs no waiting at all
+            cai["stream"] = None
         fs = futhark_stream(handle.library)
         if cai["stream"] is not None and fs is not None:
             # CuPy would block the host on Futhark's stream; the stream CuPy uses next waits on the
@@ -104,11 +120,12 @@ def _argument(lib: Library, type_name: str, value: Any, device: int, temps: list
         return value  # scalars and host arrays: the entry point converts (host arrays copied in)
     if lib.backend != "cuda":
         return to_host_array(value)
-    cupy = _cupy()
-    with cupy.cuda.Device(device):
-        if getattr(getattr(value, "device", None), "id", device) != device:
-            value = cupy.array(value, copy=True)  # a chunk that arrived on another GPU: peer copy
-        value = cupy.ascontiguousarray(value)
+    if not (_DEVICE_TYPES.get(type(value)) and value.flags.c_contiguous and value.data.device_id == device):
+        cupy = _cupy()  # else a CuPy array as it is: the common case, without switching devices
+        with cupy.cuda.Device(device):
+            if getattr(getattr(value, "device", None), "id", device) != device:
+                value = cupy.array(value, copy=True)  # a chunk that arrived on another GPU: peer copy
+            value = cupy.ascontiguousarray(value)
     kind = lib.types[type_name]
     assert isinstance(kind, ArrayKind)  # plan.check_arguments let only array types through
     h = kind.from_cuda(value)
@@ -116,12 +133,12 @@ def _argument(lib: Library, type_name: str, value: Any, device: int, temps: list
     return h
 
 
-def _result(value: Any, on_device: bool, device: int, slot: Slot) -> Any:
+def _result(value: Any, on_device: bool, device: int, slot: Slot, settled: bool = False) -> Any:
     if isinstance(value, ArrayHandle):
         if on_device:
             cupy = _cupy()
             with cupy.cuda.Device(device):
-                return cupy.asarray(_HandleOwner(value, slot, cupy.cuda.get_current_stream().ptr or LEGACY))
+                return cupy.asarray(_HandleOwner(value, slot, cupy.cuda.get_current_stream().ptr or LEGACY, settled))
         out = value.numpy()
         value.free()
         return out
@@ -184,11 +201,12 @@ def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequen
     try:
         call_args = [_argument(lib, p.type, a, device, temps) for p, a in zip(ep.info.inputs, args)]
         results = ep(*call_args)
-        if sync and lib.backend in GPU_BACKENDS:
+        settled = sync and lib.backend in GPU_BACKENDS
+        if settled:
             lib.context.sync()
         if isinstance(results, tuple):
-            return tuple(_result(r, on_device, device, slot) for r in results)
-        return _result(results, on_device, device, slot)
+            return tuple(_result(r, on_device, device, slot, settled) for r in results)
+        return _result(results, on_device, device, slot, settled)
     except FutharkError as e:
         # The context stays usable: Futhark 0.25.32's multicore scheduler kept a failed call's
         # error flag, which csource.py now clears at every call (tests/test_multicore_errors.py).
@@ -269,7 +287,11 @@ def map_block(shared: Shared, block: tuple[int, ...], location: tuple[tuple[int,
     ``BlockCall``'s arguments; ``block`` and ``location`` (its elements along each axis), written
     into the task when the graph was built, name the block in an error."""
     call = shared.value
-    return call_entry(call.entry, call.arguments(values), block, call.nblocks, location, call.sync)
+    clock = phases.clock(False)
+    out = call_entry(call.entry, call.arguments(values), block, call.nblocks, location, call.sync)
+    if clock is not None:
+        clock.finish()
+    return out
 
 
 def reduce_block(entry: EntryRef, block: tuple[int, ...], nblocks: tuple[int, ...], *args: Any) -> Any:

@@ -135,14 +135,23 @@ class NcclCommunicator(Communicator):
         cp = self.cupy
         return cp.ascontiguousarray(cp.asarray(x))  # a host array is copied in; a device one is used as is
 
+    def _receiving(self, peer: int, into: Any) -> Any:
+        """``into`` checked to be memory NCCL can write on this GPU (a device array on it)."""
+        cp = self.cupy
+        if not isinstance(into, cp.ndarray) or into.device.id != self.device:
+            where = f"GPU {into.device.id}" if isinstance(into, cp.ndarray) else f"a {type(into).__name__}"
+            raise CommsError(f"rank {self.rank}: NCCL receives rank {peer}'s data only into a CuPy array on this worker's "
+                             f"GPU {self.device}, got {where}")
+        return into
+
     # -- the interface
 
-    def exchange(self, sends: Mapping[int, Any], recvs: Mapping[int, tuple[Sequence[int], Any]]) -> dict[int, Any]:
+    def exchange(self, sends: Mapping[int, Any], recvs: Mapping[int, Any]) -> dict[int, Any]:
         cp, nccl = self.cupy, self.nccl
         with cp.cuda.Device(self.device):
             outgoing = {self._check_peer(p, "send to"): self._device_array(x) for p, x in sends.items()}
-            incoming = {self._check_peer(p, "receive from"): cp.empty(tuple(int(s) for s in shp), np.dtype(dt))
-                        for p, (shp, dt) in recvs.items()}
+            incoming = {p: cp.empty(shp, dt) if into is None else self._receiving(p, into)
+                        for p, (shp, dt, into) in self._receive_specs(recvs).items()}
 
             def enqueue(stream: int) -> None:
                 nccl.groupStart()  # one group: NCCL pairs the sends and receives whatever their order

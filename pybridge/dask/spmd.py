@@ -31,6 +31,7 @@ its chunks, and what is needed.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import uuid
 from dataclasses import dataclass
@@ -38,7 +39,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .blocks import Shared, array_module, wait_for_device
+from ..futhark.types import PRIMITIVES
+from .blocks import BlockCall, Shared, array_module, is_device_array, wait_for_device
 from .plan import is_chunked
 
 
@@ -155,40 +157,105 @@ def spmd(fn: Callable[..., Any], *args: Any, comms: Any = None, client: Any = No
 # ---------------------------------------------------------------- halos
 
 
-def extend_rows(comm: Any, block: Any, depth: int) -> tuple[Any, int, int]:
+def extend_rows(comm: Any, block: Any, depth: int, clock: Any = None) -> tuple[Any, int, int]:
     """``block`` with ``depth`` rows of each neighbouring rank's block above and below (none past
-    the first and last rank): (extended block, rows added above, rows added below)."""
+    the first and last rank): (extended block, rows added above, rows added below). The extended
+    block is made once: the neighbours' rows are received straight into its ends (no halo arrays,
+    no concatenation) while the block is copied into its middle (on GPUs beside the exchange, on a
+    stream of its own: the copy of a large block takes longer than the exchange of its halos)."""
     if depth == 0 or comm.size == 1:
         return block, 0, 0
     r, n = comm.rank, comm.size
-    shape = (depth,) + tuple(block.shape[1:])
-    sends, recvs = {}, {}
-    if r > 0:
-        sends[r - 1], recvs[r - 1] = block[:depth], (shape, block.dtype)
-    if r < n - 1:
-        sends[r + 1], recvs[r + 1] = block[-depth:], (shape, block.dtype)
-    got = comm.exchange(sends, recvs)
+    top, bottom = (depth if r > 0 else 0), (depth if r < n - 1 else 0)
+    rows = block.shape[0]
     xp = array_module(block)
-    parts = ([got[r - 1]] if r > 0 else []) + [block] + ([got[r + 1]] if r < n - 1 else [])
-    return xp.concatenate(parts, axis=0), (depth if r > 0 else 0), (depth if r < n - 1 else 0)
+    with block.device if xp is not np else contextlib.nullcontext():  # on the block's GPU, with its current stream
+        ext = xp.empty((top + rows + bottom,) + tuple(block.shape[1:]), block.dtype)
+        copied = _copy_into(ext[top : top + rows], block, clock)
+        if clock is not None:
+            clock.mark("assemble")
+        sends, recvs = {}, {}
+        if top:
+            sends[r - 1], recvs[r - 1] = block[:depth], ext[:top]
+        if bottom:
+            sends[r + 1], recvs[r + 1] = block[rows - depth :], ext[top + rows :]
+        try:
+            comm.exchange(sends, recvs)
+        finally:  # what comes next on this thread's stream (``ext`` freed too, on a failure) waits for the copy
+            if copied is not None:
+                xp.cuda.get_current_stream().wait_event(copied)
+        if clock is not None:
+            clock.mark("exchange")
+    return ext, top, bottom
 
 
-def _halo_task(comm: Any, entry: Any, index: int, depth: int, *args: Any) -> Any:
-    from .blocks import call_entry
+_copy_streams: dict[int, Any] = {}  # device ordinal -> the stream extend_rows copies blocks on
 
-    ext, top, bottom = extend_rows(comm, args[index], depth)
-    call = list(args)
-    call[index] = ext
-    out = call_entry(entry, call, block=(comm.rank,), nblocks=(comm.size,))
-    if out.shape[0] != ext.shape[0]:
-        raise ValueError(
-            f"halo_map: {entry.name} returned {out.shape[0]} rows for an extended block of {ext.shape[0]}; "
-            f"the entry point must keep the rows of its halo argument"
-        )
-    if not (top or bottom):
+
+def _copy_into(dst: Any, src: Any, clock: Any = None) -> Any:
+    """``dst[...] = src``. Between C-contiguous CuPy arrays of one GPU: one device-to-device copy
+    (cudaMemcpyAsync) on a stream of its own, ordered after the work queued so far on this thread's
+    stream (which made ``src``); returns the event that marks its end (the caller's stream must wait
+    for it). Otherwise a copy on this thread's stream (or on the host): None."""
+    if not (is_device_array(dst) and type(src) is type(dst) and src.data.device_id == dst.data.device_id
+            and src.flags.c_contiguous and dst.flags.c_contiguous and src.nbytes):
+        dst[...] = src
+        return None
+    import cupy
+
+    device = dst.data.device_id
+    side = _copy_streams.get(device)
+    if side is None:
+        with cupy.cuda.Device(device):
+            side = _copy_streams.setdefault(device, cupy.cuda.Stream(non_blocking=True))
+    ready = cupy.cuda.Event(disable_timing=clock is None)
+    ready.record(cupy.cuda.get_current_stream())
+    side.wait_event(ready)
+    dst.data.copy_from_device_async(src.data, src.nbytes, side)
+    done = cupy.cuda.Event(disable_timing=clock is None)
+    done.record(side)
+    if clock is not None:
+        clock.span("copy", ready, done)
+    return done
+
+
+class HaloCall:
+    """``halo_map``'s function for ``spmd``, built once on the client and pickled once per graph
+    (``spmd`` shares its function): the entry point and its scalar arguments (a ``BlockCall``
+    template with gaps for the per-task values: the block, any whole arrays), which argument gets
+    the halos, and their depth. The tasks then carry only their block, as any ``spmd`` task does."""
+
+    __name__ = "halo_map"
+
+    def __init__(self, call: Any, index: int, depth: int):
+        self.call, self.index, self.depth = call, index, depth
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (HaloCall, (self.call, self.index, self.depth))
+
+    def __call__(self, comm: Any, *values: Any) -> Any:
+        from . import phases
+        from .blocks import call_entry
+
+        args = self.call.arguments(values)
+        entry = self.call.entry
+        clock = phases.clock(is_device_array(args[self.index]))
+        ext, top, bottom = extend_rows(comm, args[self.index], self.depth, clock)
+        args[self.index] = ext
+        out = call_entry(entry, args, block=(comm.rank,), nblocks=(comm.size,))
+        if clock is not None:
+            clock.mark("compute")
+        if out.shape[0] != ext.shape[0]:
+            raise ValueError(
+                f"halo_map: {entry.name} returned {out.shape[0]} rows for an extended block of {ext.shape[0]}; "
+                f"the entry point must keep the rows of its halo argument"
+            )
+        if top or bottom:  # the block's rows: a view (rows of a C-contiguous array are one C-contiguous run)
+            out = array_module(out).ascontiguousarray(out[top : out.shape[0] - bottom])
+        if clock is not None:
+            clock.mark("trim")
+            clock.finish(rank=comm.rank, size=comm.size)
         return out
-    xp = array_module(out)
-    return xp.ascontiguousarray(out[top : out.shape[0] - bottom])
 
 
 def halo_map(target: Any, *args: Any, depth: int, comms: Any, name: str | None = None, sync: bool = False) -> Any:
@@ -212,5 +279,9 @@ def halo_map(target: Any, *args: Any, depth: int, comms: Any, name: str | None =
             f"halo_map({ref.name}): depth {depth} is more rows than the smallest block has ({min(rows)}; chunks {rows}): "
             f"a neighbour cannot supply its halo; use fewer workers, bigger blocks or a smaller depth"
         )
-    return spmd(_halo_task, ref, index, int(depth), *args, comms=comms, chunks=args[index].chunks,
-                dtype=args[index].dtype, name=name, sync=sync)
+    # Scalars go into the shared call; the block (and any whole array) into each task, as values.
+    per_task = [i for i, p in enumerate(ref.info.inputs) if p.type not in PRIMITIVES]
+    template = [None if i in per_task else a for i, a in enumerate(args)]
+    call = BlockCall(ref, template, per_task, (comms.size,), sync)
+    return spmd(HaloCall(call, index, int(depth)), *(args[i] for i in per_task), comms=comms,
+                chunks=args[index].chunks, dtype=args[index].dtype, name=name, sync=sync)

@@ -49,10 +49,28 @@ class Communicator:
             raise ValueError(f"allreduce: op must be one of {REDUCTIONS}, got {op!r}")
         return op
 
-    def exchange(self, sends: Mapping[int, Any], recvs: Mapping[int, tuple[Sequence[int], Any]]) -> dict[int, Any]:
-        """Send ``sends[peer]`` to each peer and receive from each peer in ``recvs`` an array of the
-        given (shape, dtype), all at once; returns {peer: received array}."""
+    def exchange(self, sends: Mapping[int, Any], recvs: Mapping[int, Any]) -> dict[int, Any]:
+        """Send ``sends[peer]`` to each peer and receive from each peer in ``recvs`` an array, all at
+        once; returns {peer: received array}. ``recvs[peer]`` is (shape, dtype) for a new array, or
+        an array to receive into (C-contiguous, writable; on the NCCL transport a device array on
+        this worker's GPU): a halo lands where it is used, without a copy."""
         raise NotImplementedError
+
+    def _receive_specs(self, recvs: Mapping[int, Any]) -> dict[int, tuple[tuple[int, ...], np.dtype, Any]]:
+        """{peer: (shape, dtype, the array to receive into or None)}, each checked."""
+        out = {}
+        for p, spec in recvs.items():
+            peer = self._check_peer(p, "receive from")
+            flags = getattr(spec, "flags", None)
+            if isinstance(spec, (tuple, list)) and len(spec) == 2:
+                shp, dt = spec
+                out[peer] = (tuple(int(s) for s in shp), np.dtype(dt), None)
+            elif flags is not None and flags.c_contiguous and getattr(flags, "writeable", True):  # CuPy's flags have no writeable
+                out[peer] = (tuple(spec.shape), np.dtype(spec.dtype), spec)
+            else:
+                raise CommsError(f"rank {self.rank}: recvs[{peer}] must be (shape, dtype) or a C-contiguous, writable array "
+                                 f"to receive into, got " + (f"a {type(spec).__name__} that is not" if flags is not None else repr(spec)))
+        return out
 
     def broadcast(self, x: Any, root: int = 0, *, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
         """``root``'s array on every rank (other ranks pass ``x=None`` with ``shape`` and ``dtype``)."""
@@ -173,10 +191,10 @@ class HostCommunicator(Communicator):
 
         return to_device_array(x)
 
-    def exchange(self, sends: Mapping[int, Any], recvs: Mapping[int, tuple[Sequence[int], Any]]) -> dict[int, Any]:
+    def exchange(self, sends: Mapping[int, Any], recvs: Mapping[int, Any]) -> dict[int, Any]:
         deadline = time.monotonic() + self.timeout
         outgoing = {self._check_peer(p, "send to"): self._host(x) for p, x in sends.items()}
-        expected = {self._check_peer(p, "receive from"): (tuple(int(s) for s in shp), np.dtype(dt)) for p, (shp, dt) in recvs.items()}
+        expected = self._receive_specs(recvs)
         errors: list[BaseException] = []
 
         def send_all() -> None:
@@ -188,13 +206,25 @@ class HostCommunicator(Communicator):
 
         sender = threading.Thread(target=send_all, daemon=True)  # sends run beside the receives: no order deadlocks
         sender.start()
-        got = {p: self._recv(p, shp, dt, deadline) for p, (shp, dt) in expected.items()}
+        got = {p: self._recv(p, shp, dt, deadline) for p, (shp, dt, _) in expected.items()}
         sender.join(max(0.0, deadline - time.monotonic()))
         if sender.is_alive():
             raise self._deadline_error("acceptance of the data sent", next(iter(outgoing)))
         if errors:
             raise CommsError(f"rank {self.rank}: sending failed: {errors[0]}") from errors[0]
-        return {p: self._out_array(x) for p, x in got.items()}
+        return {p: self._deliver(x, expected[p][2]) for p, x in got.items()}
+
+    def _deliver(self, x: np.ndarray, into: Any) -> Any:
+        """A received array as the caller asked for it: written into ``into``, or a new array."""
+        if into is None:
+            return self._out_array(x)
+        if isinstance(into, np.ndarray):
+            into[...] = x
+        else:  # a device array: copied up
+            from .blocks import array_module
+
+            into[...] = array_module(into).asarray(x)
+        return into
 
     def broadcast(self, x: Any, root: int = 0, *, shape: Sequence[int] | None = None, dtype: Any = None) -> Any:
         shp, dt = self._bcast_spec(x, root, shape, dtype)

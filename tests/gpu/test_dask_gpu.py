@@ -57,7 +57,7 @@ def test_futhark_blocks_stay_on_the_device(client):
     x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
     X, Y = pbd.to_device(da.from_array(x, chunks=n // 8)), pbd.to_device(da.from_array(y, chunks=n // 8))
     saxpy = cuda_entry("saxpy", "saxpy")
-    once = pbd.map_blocks(saxpy, np.float32(2.0), X, Y)
+    once = pbd.map_blocks(saxpy, np.float32(2.0), X, Y, sync=(client.pin == "visible"))  # settled results too
     twice = pbd.map_blocks(saxpy, np.float32(0.5), once, Y)  # Futhark output straight back in
     assert isinstance(twice._meta, cupy.ndarray)
     kinds = client.compute(da.map_blocks(chunk_is_cupy, twice, chunks=((1,) * 8,), dtype=bool), sync=True)

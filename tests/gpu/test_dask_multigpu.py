@@ -27,6 +27,7 @@ if GPU_OK:
     distributed = pytest.importorskip("distributed", reason="distributed is not installed: pip install '.[dask]'")
 
 import pybridge.dask as pbd  # noqa: E402
+from pybridge.dask import phases  # noqa: E402
 from pybridge.demo.examples import jacobi_reference  # noqa: E402
 import pybridge.futhark as pf  # noqa: E402
 from pybridge.paths import find_build_file  # noqa: E402
@@ -65,6 +66,15 @@ def _collectives(comm, block):
     r, n = comm.rank, comm.size
     assert isinstance(block, cupy.ndarray)
     nxt = comm.exchange({(r + 1) % n: block}, {(r - 1) % n: (block.shape, block.dtype)})[(r - 1) % n]
+    # the same received into rows 1.. of a bigger device array (what halo_map does), which keeps row 0
+    into = cupy.full((block.shape[0] + 1,) + block.shape[1:], -1, block.dtype)
+    got = comm.exchange({(r + 1) % n: block}, {(r - 1) % n: into[1:]})[(r - 1) % n]
+    assert got.data.ptr == into[1:].data.ptr and bool((into[0] == -1).all()) and bool((into[1:] == nxt).all())
+    try:  # host memory: refused, naming what NCCL needs
+        comm.exchange({}, {(r - 1) % n: np.empty(block.shape, block.dtype)})
+        raise AssertionError("NCCL received into host memory")
+    except pbd.CommsError as e:
+        assert "only into a CuPy array on this worker's GPU" in str(e), e
     total = comm.allreduce(block, "sum")
     first = comm.broadcast(block if r == 0 else None, 0, shape=block.shape, dtype=block.dtype)
     return cupy.stack([nxt, total, first])[None]
@@ -107,10 +117,17 @@ def test_jacobi_halos_over_nccl_equal_the_whole_grid(client, k):
     rows, m, steps = 64, 48, 10
     g = pbd.random((k * rows, m), chunks=(rows, m), seed=11, distribution="random", device=True, workers=ws)
     with pbd.Comms(client, workers=ws, transport="nccl") as comms:
-        out = pbd.halo_map(jac, np.int32(steps), g, depth=steps, comms=comms)
-        assert isinstance(out._meta, cupy.ndarray)
-        got = pbd.to_host(out).compute()
+        client.run(phases.record, True, workers=ws)  # the breakdown the benchmark prints, from CUDA events
+        try:
+            out = pbd.halo_map(jac, np.int32(steps), g, depth=steps, comms=comms)
+            assert isinstance(out._meta, cupy.ndarray)
+            got = pbd.to_host(out).compute()
+            recs = [r for rs in client.run(phases.take, workers=ws).values() for r in rs]
+        finally:
+            client.run(phases.record, False, workers=ws)
     np.testing.assert_allclose(got, jacobi_reference(steps, pbd.to_host(g).compute()), rtol=1e-6, atol=1e-6)
+    assert sorted(r["rank"] for r in recs) == list(range(k))
+    assert all(r["copy_us"] > 0 and r["compute_us"] > 0 and r["exchange_us"] >= 0 for r in recs), recs
 
 
 def test_plugin_loads_once_per_gpu_and_tasks_reuse_it(client):
