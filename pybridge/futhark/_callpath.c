@@ -1943,6 +1943,17 @@ static PyObject *cx_call(PyObject *module, int name, PyObject *a, PyObject *b, P
     return r;
 }
 
+/* The names and numbers above, made once (by the first function of this section called). */
+static int cx_init(void) {
+    if (cx_object_new != NULL) return 0;
+    for (int i = 0; i < CX_COUNT; i++)
+        if (cx_s[i] == NULL && (cx_s[i] = PyUnicode_InternFromString(cx_names[i])) == NULL) return -1;
+    for (int i = 0; i < 4; i++)
+        if (cx_int[i] == NULL && (cx_int[i] = PyLong_FromLong(i)) == NULL) return -1;
+    cx_object_new = PyObject_GetAttrString((PyObject *)&PyBaseObject_Type, "__new__");
+    return cx_object_new == NULL ? -1 : 0;
+}
+
 /* cai.get(name) of an exact dict: a new reference (Py_None when absent), NULL on error. */
 static PyObject *cx_get(PyObject *cai, int name) {
     PyObject *v = PyDict_GetItemWithError(cai, cx_s[name]);
@@ -2073,7 +2084,7 @@ done:
 
 static PyObject *plain_cai_of(PyObject *m, PyObject *args) {
     PyObject *cai, *typestr, *out[5];
-    if (!PyArg_ParseTuple(args, "OO:plain_cai_of", &cai, &typestr)) return NULL;
+    if (!PyArg_ParseTuple(args, "OO:plain_cai_of", &cai, &typestr) || cx_init() < 0) return NULL;
     int r = cx_plain(cai, typestr, out);
     if (r < 0) return NULL;
     if (r == 0) Py_RETURN_NONE;
@@ -2393,13 +2404,7 @@ static PyObject *configure_cuda(PyObject *m, PyObject *args) {
     Py_XSETREF(cx_ensure_context_py, ensure);
     Py_INCREF(context);
     Py_XSETREF(cx_context, context);
-    if (cx_object_new == NULL) {
-        for (int i = 0; i < CX_COUNT; i++)
-            if ((cx_s[i] = PyUnicode_InternFromString(cx_names[i])) == NULL) return NULL;
-        for (int i = 0; i < 4; i++)
-            if ((cx_int[i] = PyLong_FromLong(i)) == NULL) return NULL;
-        if ((cx_object_new = PyObject_GetAttrString((PyObject *)&PyBaseObject_Type, "__new__")) == NULL) return NULL;
-    }
+    if (cx_init() < 0) return NULL;
     PyObject **slots[] = {&cx_arrays, &cx_interop, &cx_ArrayInfo, &cx_DeviceArray, &cx_default_stream};
     PyObject *vals[] = {arrays, interop, info, array, stream};
     for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
