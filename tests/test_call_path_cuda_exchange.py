@@ -383,3 +383,36 @@ def test_a_capsule_keeps_its_array_alive() -> None:
     gc.collect()
     assert ref() is None
     arrays._compiled_exchange = None
+
+
+# ------------------------------------------------------------------------- from_cuda's view
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cai=_cai_values(), rank=st.integers(0, 2), typestr=st.sampled_from(["<f4", "|u1"]))
+def test_futhark_view_of_in_c_and_in_python_agree(monkeypatch, cai, rank, typestr) -> None:
+    """interop.futhark_view_of (from_cuda's checks and ordering) with the C plain_cai_of and with
+    the Python one: the same view or error, the same waits (the host's here: no Futhark stream)."""
+    seen = []
+    for compiled in (callpath.compiled, False):
+        calls: list = []
+        monkeypatch.setattr(interop, "_compiled", compiled)
+        monkeypatch.setattr(interop, "stream_synchronize", lambda s: calls.append(("sync", s)))
+        try:
+            got = ("ok", interop.futhark_view_of(Producer(cai), np.dtype(typestr), rank, None))
+        except Exception as e:  # noqa: BLE001 - compared: type and message
+            got = (type(e).__name__, str(e))
+        seen.append((got, calls))
+    assert seen[0] == seen[1]
+
+
+def test_plain_cai_of_works_before_anything_is_configured() -> None:
+    """The C plain_cai_of is the first function of its section that from_cuda may call."""
+    import subprocess
+    import sys
+
+    code = ("from pybridge.futhark import callpath\n"
+            "c = {'shape': (2,), 'typestr': '<f4', 'data': (64, False), 'version': 3, 'stream': 5}\n"
+            "print(callpath.compiled.plain_cai_of(c, '<f4'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "(64, False, (2,), 2, 5)", out
