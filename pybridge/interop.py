@@ -846,9 +846,23 @@ def _torch_stream(obj: Any) -> int | None:
     """The current stream of a PyTorch CUDA tensor's device (1 for the legacy default), else None."""
     if not type(obj).__module__.startswith("torch"):
         return None
-    import torch  # the tensor's own module: already imported
-
-    index = obj.device.index if obj.device.index is not None else torch.cuda.current_device()
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton uses: no Stream object made
+    torch, raw = _torch_streams or _torch_stream_functions()
+    index = obj.device.index  # read once: each read makes a torch.device
+    if index is None:
+        index = torch.cuda.current_device()
     handle = raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
     return int(handle) or LEGACY_STREAM
+
+
+_torch_streams: tuple[Any, Any] | None = None
+
+
+def _torch_stream_functions() -> tuple[Any, Any]:
+    """(torch, its raw current-stream getter or None), looked up once: an import statement per
+    exchange costs more than the read it serves."""
+    global _torch_streams
+    import torch  # the tensor's own module: already imported
+
+    # what Triton uses: no Stream object made
+    _torch_streams = (torch, getattr(torch._C, "_cuda_getCurrentRawStream", None))
+    return _torch_streams

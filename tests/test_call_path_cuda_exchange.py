@@ -416,3 +416,44 @@ def test_plain_cai_of_works_before_anything_is_configured() -> None:
             "print(callpath.compiled.plain_cai_of(c, '<f4'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "(64, False, (2,), 2, 5)", out
+
+
+def test_python_call_path_takes_the_python_exchange() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = ("from pybridge.cuda import arrays\n"
+            "assert arrays._exchange() == (arrays._import_preferring_cai, arrays._dlpack_python)\n"
+            "print('python')")
+    env = dict(os.environ, PYBRIDGE_CALL_PATH="python")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "python", out
+
+
+def test_torch_stream_asks_the_current_raw_stream(monkeypatch) -> None:
+    """interop._torch_stream (from_cuda(torch)'s ordering): PyTorch's current stream of the
+    tensor's device (its current device for an index of None), 0 read as the legacy stream 1; with
+    no raw getter, torch.cuda.current_stream(index).cuda_stream."""
+    import sys
+    import types
+
+    asked: list = []
+    fake = types.ModuleType("torch")
+    fake._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda i: asked.append(("raw", i)) or {0: 0, 3: 0x77}[i])
+    fake.cuda = types.SimpleNamespace(current_device=lambda: asked.append("current") or 3,
+                                      current_stream=lambda i: types.SimpleNamespace(cuda_stream=0x99 + i))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setattr(interop, "_torch_streams", None)
+
+    class Dev:
+        def __init__(self, index):
+            self.device = types.SimpleNamespace(index=index)
+
+    Dev.__module__ = "torch"
+    assert interop._torch_stream(Dev(0)) == 1 and interop._torch_stream(Dev(None)) == 0x77
+    assert asked == [("raw", 0), "current", ("raw", 3)]
+    assert interop._torch_stream(Other()) is None
+    fake._C = types.SimpleNamespace()  # an older PyTorch: no raw getter
+    monkeypatch.setattr(interop, "_torch_streams", None)
+    assert interop._torch_stream(Dev(2)) == 0x9B

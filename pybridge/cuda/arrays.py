@@ -302,7 +302,8 @@ def _exchange() -> tuple[Any, Any]:
         if compiled is None:
             _compiled_exchange = (_import_preferring_cai, _dlpack_python)
         else:
-            compiled.configure_cuda(sys.modules[__name__], interop, ArrayInfo, DeviceArray, DEFAULT_STREAM, context)
+            compiled.configure_cuda(sys.modules[__name__], interop, ArrayInfo, DeviceArray, DEFAULT_STREAM, context,
+                                    np.ndarray)
             _compiled_exchange = (compiled.cuda_import_cai, compiled.cuda_dlpack)
     return _compiled_exchange
 
@@ -506,6 +507,24 @@ def as_device_array(obj: Any, *, stream: Any = None, prefer: str = "cai") -> Dev
 
     ``prefer`` picks the protocol when the object speaks both ("cai" or "dlpack").
     """
+    if prefer == "cai":  # the usual call first: the compiled exchange makes the checks below too
+        return (_compiled_exchange or _exchange())[0](obj, stream)
+    ours = _ours_or_refused(obj, stream)
+    if ours is not None:
+        return ours
+    if prefer != "dlpack":
+        raise ValueError("prefer must be 'cai' or 'dlpack'")
+    has_cai = hasattr(obj, "__cuda_array_interface__")  # first, as always: PyTorch raises here for a grad tensor
+    if hasattr(obj, "__dlpack__"):
+        return from_dlpack(obj, stream)
+    if has_cai:
+        return from_cai(obj, stream)
+    raise _not_a_device_array(obj)
+
+
+def _ours_or_refused(obj: Any, stream: Any) -> DeviceArray | None:
+    """``obj`` itself when it is a DeviceArray (``stream`` waiting for its pending work); a
+    TypeError for a NumPy array; None for anything else."""
     if isinstance(obj, DeviceArray):
         pending = obj._pending
         if stream is not None and pending is not None:
@@ -517,21 +536,15 @@ def as_device_array(obj: Any, *, stream: Any = None, prefer: str = "cai") -> Dev
         raise TypeError(
             "a NumPy array lives in host memory; copy it to the GPU with pybridge.cuda.to_device(array)"
         )
-    if prefer not in ("cai", "dlpack"):
-        raise ValueError("prefer must be 'cai' or 'dlpack'")
-    if prefer == "cai":
-        return (_compiled_exchange or _exchange())[0](obj, stream)
-    has_cai = hasattr(obj, "__cuda_array_interface__")  # first, as always: PyTorch raises here for a grad tensor
-    if hasattr(obj, "__dlpack__"):
-        return from_dlpack(obj, stream)
-    if has_cai:
-        return from_cai(obj, stream)
-    raise _not_a_device_array(obj)
+    return None
 
 
 def _import_preferring_cai(obj: Any, stream: Any) -> DeviceArray:
-    """``as_device_array(obj, stream=stream, prefer="cai")`` past its first checks (the compiled
-    exchange does its common case in C)."""
+    """``as_device_array(obj, stream=stream, prefer="cai")`` (the compiled exchange does its common
+    case in C)."""
+    ours = _ours_or_refused(obj, stream)
+    if ours is not None:
+        return ours
     # A plain PyTorch tensor read directly: what its CAI (version 2, no stream) says, without
     # the dictionary PyTorch builds in Python.
     torch_view = interop.torch_plain(obj)

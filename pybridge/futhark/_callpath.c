@@ -1914,10 +1914,11 @@ static PyObject *dlpack_exports_alive(PyObject *m, PyObject *unused) { return Py
  *   plain_cai_of    - interop.plain_cai_of
  *   cuda_import_cai - arrays._import_preferring_cai (as_device_array(x), prefer="cai")
  *   cuda_dlpack     - arrays._dlpack_python (DeviceArray.__dlpack__)
- * configure_cuda(arrays, interop, ArrayInfo, DeviceArray, DEFAULT_STREAM, context) gives them the
- * Python side; the functions and caches are read from those modules at each call (tests replace them). */
+ * configure_cuda(arrays, interop, ArrayInfo, DeviceArray, DEFAULT_STREAM, context, ndarray) gives
+ * them the Python side; the functions and caches are read from those modules at each call (tests replace them). */
 static PyObject *cx_arrays, *cx_interop, *cx_ArrayInfo, *cx_DeviceArray, *cx_default_stream, *cx_object_new;
 static PyObject *cx_context, *cx_ensure_context_py; /* pybridge.cuda.context and its ensure_context */
+static PyObject *cx_ndarray, *cx_new_info_args, *cx_new_array_args; /* np.ndarray; (ArrayInfo,), (DeviceArray,) */
 static PyObject *cx_int[4]; /* 0, 1, 2, 3 */
 enum {
     CX_VERSION, CX_TYPESTR, CX_STRIDES, CX_MASK, CX_STREAM, CX_SHAPE, CX_DATA, CX_DTYPES, CX_ENSURE, CX_DRIVER,
@@ -2125,7 +2126,7 @@ static PyObject *cx_c_strides(PyObject *shape, PyObject *itemsize) {
 /* ArrayInfo(ptr, shape, strides, dtype, readonly) (stream None, a CUDA device 0): what its frozen
  * dataclass __init__ does, object.__setattr__ per field in order, without the Python frame. */
 static PyObject *cx_info(PyObject *ptr, PyObject *shape, PyObject *strides, PyObject *dtype, PyObject *readonly) {
-    PyObject *info = PyObject_CallFunctionObjArgs(cx_object_new, cx_ArrayInfo, NULL);
+    PyObject *info = PyObject_Call(cx_object_new, cx_new_info_args, NULL);
     if (info == NULL) return NULL;
     PyObject *vals[] = {ptr, shape, strides, dtype, readonly, Py_None, cx_int[2], cx_int[0]};
     const int names[] = {CX_PTR, CX_SHAPE, CX_STRIDES, CX_DTYPE, CX_READONLY, CX_STREAM, CX_DEVICE_TYPE, CX_DEVICE_ID};
@@ -2142,7 +2143,7 @@ static PyObject *cx_info(PyObject *ptr, PyObject *shape, PyObject *strides, PyOb
  * assignments, in order. Steals the reference to info. */
 static PyObject *cx_device_array(PyObject *info, PyObject *owner, PyObject *pending) {
     if (info == NULL) return NULL;
-    PyObject *a = PyObject_CallFunctionObjArgs(cx_object_new, cx_DeviceArray, NULL);
+    PyObject *a = PyObject_Call(cx_object_new, cx_new_array_args, NULL);
     PyObject *vals[] = {info, Py_None, owner, pending, Py_None, Py_None, Py_False};
     const int names[] = {CX_INFO, CX_GPU, CX_OWNER, CX_PENDING, CX_META, CX_ICACHE, CX_ALLOC};
     for (int i = 0; a != NULL && i < 7; i++) {
@@ -2266,7 +2267,11 @@ static PyObject *cuda_import_cai(PyObject *m, PyObject *args) {
     PyObject *obj, *stream;
     if (!PyArg_ParseTuple(args, "OO:cuda_import_cai", &obj, &stream)) return NULL;
     if (cx_ready() < 0) return NULL;
-    if (stream != Py_None) return cx_call(cx_arrays, CX_IMPORT_PY, obj, stream, NULL);
+    /* a stream given, a DeviceArray (returned as it is) or a NumPy array (refused): the Python code */
+    int python = stream != Py_None ? 1 : PyObject_IsInstance(obj, cx_DeviceArray);
+    if (python == 0) python = PyObject_IsInstance(obj, cx_ndarray);
+    if (python < 0) return NULL;
+    if (python) return cx_call(cx_arrays, CX_IMPORT_PY, obj, stream, NULL);
     /* interop.torch_plain returns None unless type(obj).__module__ is "torch": not called then */
     PyObject *module = PyObject_GetAttr((PyObject *)Py_TYPE(obj), cx_s[CX_MODULE]);
     int torch = module == NULL || !PyUnicode_CheckExact(module) || PyUnicode_Compare(module, cx_s[CX_TORCH]) == 0;
@@ -2394,12 +2399,22 @@ done:
     return r;
 }
 
-/* configure_cuda(arrays, interop, ArrayInfo, DeviceArray, DEFAULT_STREAM, context): pybridge.cuda.arrays, once. */
+/* configure_cuda(arrays, interop, ArrayInfo, DeviceArray, DEFAULT_STREAM, context, ndarray):
+ * pybridge.cuda.arrays, once. */
 static PyObject *configure_cuda(PyObject *m, PyObject *args) {
-    PyObject *arrays, *interop, *info, *array, *stream, *context, *ensure;
-    if (!PyArg_ParseTuple(args, "OOO!O!OO:configure_cuda", &arrays, &interop, &PyType_Type, &info, &PyType_Type, &array,
-                          &stream, &context))
+    PyObject *arrays, *interop, *info, *array, *stream, *context, *ensure, *ndarray, *info_args, *array_args;
+    if (!PyArg_ParseTuple(args, "OOO!O!OOO!:configure_cuda", &arrays, &interop, &PyType_Type, &info, &PyType_Type,
+                          &array, &stream, &context, &PyType_Type, &ndarray))
         return NULL;
+    if ((info_args = PyTuple_Pack(1, info)) == NULL) return NULL;
+    if ((array_args = PyTuple_Pack(1, array)) == NULL) {
+        Py_DECREF(info_args);
+        return NULL;
+    }
+    Py_XSETREF(cx_new_info_args, info_args);
+    Py_XSETREF(cx_new_array_args, array_args);
+    Py_INCREF(ndarray);
+    Py_XSETREF(cx_ndarray, ndarray);
     if ((ensure = PyObject_GetAttrString(context, "ensure_context")) == NULL) return NULL;
     Py_XSETREF(cx_ensure_context_py, ensure);
     Py_INCREF(context);
