@@ -1919,6 +1919,9 @@ static PyObject *dlpack_exports_alive(PyObject *m, PyObject *unused) { return Py
 static PyObject *cx_arrays, *cx_interop, *cx_ArrayInfo, *cx_DeviceArray, *cx_default_stream, *cx_object_new;
 static PyObject *cx_context, *cx_ensure_context_py; /* pybridge.cuda.context and its ensure_context */
 static PyObject *cx_ndarray, *cx_new_info_args, *cx_new_array_args; /* np.ndarray; (ArrayInfo,), (DeviceArray,) */
+/* DeviceArray's slot descriptors and their setter (configure_cuda), or NULL: PyObject_SetAttr then */
+static PyObject *cx_slot[7];
+static descrsetfunc cx_slot_set;
 static PyObject *cx_int[4]; /* 0, 1, 2, 3 */
 enum {
     CX_VERSION, CX_TYPESTR, CX_STRIDES, CX_MASK, CX_STREAM, CX_SHAPE, CX_DATA, CX_DTYPES, CX_ENSURE, CX_DRIVER,
@@ -1935,9 +1938,20 @@ static const char *const cx_names[CX_COUNT] = {
     "dtype", "device_type", "device_id", "_info", "_gpu", "_owner", "_pending", "_meta", "_icache", "_alloc",
     "_dl_codes", "_dlpack_python", "c_contiguous_strides", "torch", "_tls", "pushed", "devices", "_primary"};
 
+/* module.name, read now from the module's dictionary (what getattr finds for a module without
+ * __getattr__, in a third of the time), else through getattr (its AttributeError). */
+static PyObject *cx_attr(PyObject *module, int name) {
+    PyObject *v = PyDict_GetItemWithError(PyModule_GetDict(module), cx_s[name]);
+    if (v != NULL) {
+        Py_INCREF(v);
+        return v;
+    }
+    return PyErr_Occurred() ? NULL : PyObject_GetAttr(module, cx_s[name]);
+}
+
 /* module.name(*args) for a Python function read from the module now. */
 static PyObject *cx_call(PyObject *module, int name, PyObject *a, PyObject *b, PyObject *c) {
-    PyObject *fn = PyObject_GetAttr(module, cx_s[name]);
+    PyObject *fn = cx_attr(module, name);
     if (fn == NULL) return NULL;
     PyObject *r = PyObject_CallFunctionObjArgs(fn, a, b, c, NULL);
     Py_DECREF(fn);
@@ -2036,11 +2050,19 @@ static int cx_plain(PyObject *cai, PyObject *typestr, PyObject **out) {
     if (!PyTuple_CheckExact(shape) || !PyTuple_CheckExact(data) || PyTuple_Size(data) != 2) goto none;
     PyObject *ptr = PyTuple_GetItem(data, 0), *readonly = PyTuple_GetItem(data, 1);
     if (!PyLong_CheckExact(ptr) || !PyBool_Check(readonly)) goto none;
-    unsigned long long p = PyLong_AsUnsignedLongLong(ptr); /* OverflowError: below 0 or from 2**64 */
-    if (p == (unsigned long long)-1 && PyErr_Occurred()) {
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) goto done;
-        PyErr_Clear();
-        goto none;
+    int64_t p64;
+    unsigned long long p;
+    if ((t = cx_int64(ptr, &p64)) < 0) goto done;
+    if (t) { /* the usual address: below 2**63 */
+        if (p64 < 0) goto none;
+        p = (unsigned long long)p64;
+    } else {
+        p = PyLong_AsUnsignedLongLong(ptr); /* OverflowError: below 0 or from 2**64 */
+        if (p == (unsigned long long)-1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) goto done;
+            PyErr_Clear();
+            goto none;
+        }
     }
     if (stream != Py_None) {
         int64_t s;
@@ -2147,7 +2169,8 @@ static PyObject *cx_device_array(PyObject *info, PyObject *owner, PyObject *pend
     PyObject *vals[] = {info, Py_None, owner, pending, Py_None, Py_None, Py_False};
     const int names[] = {CX_INFO, CX_GPU, CX_OWNER, CX_PENDING, CX_META, CX_ICACHE, CX_ALLOC};
     for (int i = 0; a != NULL && i < 7; i++) {
-        if (PyObject_SetAttr(a, cx_s[names[i]], vals[i]) < 0) Py_CLEAR(a);
+        int rc = cx_slot_set != NULL ? cx_slot_set(cx_slot[i], a, vals[i]) : PyObject_SetAttr(a, cx_s[names[i]], vals[i]);
+        if (rc < 0) Py_CLEAR(a);
     }
     Py_DECREF(info);
     return a;
@@ -2156,7 +2179,7 @@ static PyObject *cx_device_array(PyObject *info, PyObject *owner, PyObject *pend
 /* context.ensure_context()'s fast path: this thread pushed device 0's primary context, which is
  * retained. 1 when it holds, 0 when the function must run, -1 on error. */
 static int cx_context_pushed(void) {
-    PyObject *tls = PyObject_GetAttr(cx_context, cx_s[CX_TLS]), *pushed = NULL, *devices = NULL, *primary = NULL;
+    PyObject *tls = cx_attr(cx_context, CX_TLS), *pushed = NULL, *devices = NULL, *primary = NULL;
     int r = -1;
     if (tls == NULL) return -1;
     if ((pushed = PyObject_GetAttr(tls, cx_s[CX_PUSHED])) == NULL) { /* getattr(_tls, "pushed", None) */
@@ -2172,7 +2195,7 @@ static int cx_context_pushed(void) {
     if ((devices = PyObject_GetAttr(pushed, cx_s[CX_DEVICES])) == NULL) goto done;
     if ((r = PySequence_Contains(devices, cx_int[0])) <= 0) goto done;
     r = -1;
-    if ((primary = PyObject_GetAttr(cx_context, cx_s[CX_PRIMARY])) == NULL) goto done;
+    if ((primary = cx_attr(cx_context, CX_PRIMARY)) == NULL) goto done;
     r = 0;
     if (!PyDict_CheckExact(primary)) goto done;
     PyObject *ctx = PyDict_GetItemWithError(primary, cx_int[0]);
@@ -2187,7 +2210,7 @@ done:
 
 /* arrays.ensure_context(): its fast path in C when it is context.ensure_context, else the call. */
 static int cx_ensure_context(void) {
-    PyObject *fn = PyObject_GetAttr(cx_arrays, cx_s[CX_ENSURE]), *r;
+    PyObject *fn = cx_attr(cx_arrays, CX_ENSURE), *r;
     if (fn == NULL) return -1;
     int pushed = fn == cx_ensure_context_py ? cx_context_pushed() : 0;
     if (pushed == 0) {
@@ -2220,7 +2243,7 @@ static PyObject *cx_from_cai(PyObject *obj, PyObject *cai) {
     if (t == NULL || !cx_plain_typestr(t)) return NULL;
     version = PyDict_GetItemWithError(cai, cx_s[CX_VERSION]);
     if (version == NULL || !PyLong_CheckExact(version)) return NULL;
-    PyObject *dtypes = PyObject_GetAttr(cx_arrays, cx_s[CX_DTYPES]);
+    PyObject *dtypes = cx_attr(cx_arrays, CX_DTYPES);
     if (dtypes == NULL) return NULL;
     PyObject *dt = PyDict_Check(dtypes) ? PyDict_GetItemWithError(dtypes, t) : NULL; /* borrowed */
     Py_XINCREF(dt);
@@ -2239,7 +2262,7 @@ static PyObject *cx_from_cai(PyObject *obj, PyObject *cai) {
         int same = cx_compare(out[4], cx_int[1], Py_EQ);
         if (same < 0) goto done;
         if (!same) {
-            PyObject *driver = PyObject_GetAttr(cx_arrays, cx_s[CX_DRIVER]), *wait = NULL, *args = NULL, *kw = NULL, *w = NULL;
+            PyObject *driver = cx_attr(cx_arrays, CX_DRIVER), *wait = NULL, *args = NULL, *kw = NULL, *w = NULL;
             if (driver != NULL) wait = PyObject_GetAttr(driver, cx_s[CX_STREAM_WAIT]);
             if (wait != NULL) args = PyTuple_Pack(2, cx_int[1], out[4]);
             if (args != NULL) kw = Py_BuildValue("{OO}", cx_s[CX_WHAT], cx_s[CX_WHAT_CAI]);
@@ -2349,7 +2372,7 @@ static PyObject *cuda_dlpack(PyObject *m, PyObject *args) {
     if ((ok = cx_int64(f[5], &dev_type)) <= 0 || (ok = cx_int64(f[6], &did)) <= 0) goto maybe;
     if (dev_type < INT32_MIN || dev_type > INT32_MAX || did < INT32_MIN || did > INT32_MAX) goto slow;
     { /* the dtype's DLPack code, as interop._export_keyed caches it */
-        PyObject *cache = PyObject_GetAttr(cx_interop, cx_s[CX_DL_CODES]);
+        PyObject *cache = cx_attr(cx_interop, CX_DL_CODES);
         if (cache == NULL) goto done;
         codes = PyDict_Check(cache) ? PyDict_GetItemWithError(cache, f[3]) : NULL;
         Py_XINCREF(codes);
@@ -2385,7 +2408,7 @@ static PyObject *cuda_dlpack(PyObject *m, PyObject *args) {
 maybe:
     if (ok < 0) goto done;
 slow: {
-        PyObject *fn = PyObject_GetAttr(cx_arrays, cx_s[CX_DLPACK_PY]);
+        PyObject *fn = cx_attr(cx_arrays, CX_DLPACK_PY);
         if (fn != NULL) {
             r = PyObject_CallFunctionObjArgs(fn, x, stream, max_version, dl_device, copy, NULL);
             Py_DECREF(fn);
@@ -2404,7 +2427,8 @@ done:
 static PyObject *configure_cuda(PyObject *m, PyObject *args) {
     PyObject *arrays, *interop, *info, *array, *stream, *context, *ensure, *ndarray, *info_args, *array_args;
     if (!PyArg_ParseTuple(args, "OOO!O!OOO!:configure_cuda", &arrays, &interop, &PyType_Type, &info, &PyType_Type,
-                          &array, &stream, &context, &PyType_Type, &ndarray))
+                          &array, &stream, &context, &PyType_Type, &ndarray) ||
+        cx_init() < 0)
         return NULL;
     if ((info_args = PyTuple_Pack(1, info)) == NULL) return NULL;
     if ((array_args = PyTuple_Pack(1, array)) == NULL) {
@@ -2413,13 +2437,31 @@ static PyObject *configure_cuda(PyObject *m, PyObject *args) {
     }
     Py_XSETREF(cx_new_info_args, info_args);
     Py_XSETREF(cx_new_array_args, array_args);
+    /* Setting a slot through its descriptor's setter is what PyObject_SetAttr does for a class that
+     * keeps object's __setattr__ (the type lookup left out): used where that holds for all seven. */
+    const int slot_names[] = {CX_INFO, CX_GPU, CX_OWNER, CX_PENDING, CX_META, CX_ICACHE, CX_ALLOC};
+    descrsetfunc set = NULL;
+    cx_slot_set = NULL;
+    int direct = PyType_GetSlot((PyTypeObject *)array, Py_tp_setattro) == PyType_GetSlot(&PyBaseObject_Type, Py_tp_setattro);
+    for (int i = 0; i < 7; i++) {
+        PyObject *d = PyObject_GetAttr(array, cx_s[slot_names[i]]);
+        if (d == NULL) return NULL;
+        descrsetfunc f = (descrsetfunc)PyType_GetSlot(Py_TYPE(d), Py_tp_descr_set);
+        PyObject *tname = f != NULL ? PyObject_GetAttrString((PyObject *)Py_TYPE(d), "__name__") : NULL;
+        int member = tname != NULL && PyUnicode_Check(tname) && PyUnicode_CompareWithASCIIString(tname, "member_descriptor") == 0;
+        Py_XDECREF(tname);
+        PyErr_Clear();
+        if (!member || (set != NULL && f != set)) direct = 0;
+        set = f;
+        Py_XSETREF(cx_slot[i], d);
+    }
+    cx_slot_set = direct ? set : NULL;
     Py_INCREF(ndarray);
     Py_XSETREF(cx_ndarray, ndarray);
     if ((ensure = PyObject_GetAttrString(context, "ensure_context")) == NULL) return NULL;
     Py_XSETREF(cx_ensure_context_py, ensure);
     Py_INCREF(context);
     Py_XSETREF(cx_context, context);
-    if (cx_init() < 0) return NULL;
     PyObject **slots[] = {&cx_arrays, &cx_interop, &cx_ArrayInfo, &cx_DeviceArray, &cx_default_stream};
     PyObject *vals[] = {arrays, interop, info, array, stream};
     for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
