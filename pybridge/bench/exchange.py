@@ -44,10 +44,8 @@ def torch_reads(t: Any) -> tuple[Any, ...]:
             t.numel(), t.data_ptr())
 
 
-def torch_stream(t: Any) -> Any:
+def torch_stream(torch: Any, t: Any) -> Any:
     """What interop._torch_stream asks PyTorch for a tensor on a device with an index."""
-    import torch
-
     return torch._C._cuda_getCurrentRawStream(t.device.index)
 
 
@@ -127,7 +125,7 @@ def futhark_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
                           lambda: tt.__cuda_array_interface__, calls, repeat,
                           note="not read by from_cuda(torch), which asks the tensor directly"))
         rows.append(_side(b, TORCH_READS, n, lambda: torch_reads(tt), calls, repeat, note="inside from_cuda(torch)"))
-        rows.append(_side(b, TORCH_STREAM, n, lambda: torch_stream(tt), calls, repeat, note="inside from_cuda(torch)"))
+        rows.append(_side(b, TORCH_STREAM, n, lambda: torch_stream(torch, tt), calls, repeat, note="inside from_cuda(torch)"))
         if cp is not None:
             rows.append(_side(b, "reference: torch.from_dlpack(cupy array)", n, lambda: torch.from_dlpack(c), calls, repeat,
                               note="the two libraries' own exchange, no pybridge"))
