@@ -770,17 +770,20 @@ def futhark_view_of(obj: Any, dtype: np.dtype, rank: int,
     ordered after its producer: Futhark's stream (``into``) waits on the device for the producer's
     stream, or without ``into`` the host waits for it. ``plain``: the shape has ``rank``
     non-negative exact ints (the :func:`plain_cai` form)."""
-    view = _torch_view(obj, dtype, rank)
+    # torch_plain's own first test, made here: anything else goes on without two calls
+    view = None if type(obj).__module__ != "torch" else _torch_view(obj, dtype, rank)
     if view is not None:
-        _order_after_producer(obj, {"version": 2}, None, into)
+        _order_after(_torch_stream(obj), into)  # PyTorch's CAI (v2) names no stream, and PyTorch does not sync
         return view[0], view[1], True
     try:
         cai = obj.__cuda_array_interface__  # read once: some producers (PyTorch) build it in Python
     except AttributeError:
         raise TypeError(f"from_cuda: {type(obj).__name__} has no __cuda_array_interface__") from None
-    fast = plain_cai_of(cai, dtype.str)
+    compiled = _compiled if _compiled is not None else _compiled_path()
+    fast = (compiled.plain_cai_of if compiled else plain_cai_of)(cai, dtype.str)
     if fast is not None and len(fast[2]) == rank:
-        _order_after_producer(obj, cai, fast[4], into)
+        if fast[4] is not None or cai.get("version") == 2:  # else: the producer says the data is ready
+            _order_after_producer(obj, cai, fast[4], into)
         return fast[0], fast[2], True
     info = cai_info(obj, cai)
     if info.dtype != dtype:
@@ -794,6 +797,10 @@ def futhark_view_of(obj: Any, dtype: np.dtype, rank: int,
 def _order_after_producer(obj: Any, cai: Any, stream: int | None, into: FutharkStream | None) -> None:
     if stream is None and cai.get("version") == 2:
         stream = _torch_stream(obj)  # PyTorch's CAI (v2) names no stream, and PyTorch does not sync
+    _order_after(stream, into)
+
+
+def _order_after(stream: int | None, into: FutharkStream | None) -> None:
     if stream is None:
         return  # CAI v3: the producer says the data is ready
     if into is not None:
@@ -839,9 +846,23 @@ def _torch_stream(obj: Any) -> int | None:
     """The current stream of a PyTorch CUDA tensor's device (1 for the legacy default), else None."""
     if not type(obj).__module__.startswith("torch"):
         return None
-    import torch  # the tensor's own module: already imported
-
-    index = obj.device.index if obj.device.index is not None else torch.cuda.current_device()
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton uses: no Stream object made
+    torch, raw = _torch_streams or _torch_stream_functions()
+    index = obj.device.index  # read once: each read makes a torch.device
+    if index is None:
+        index = torch.cuda.current_device()
     handle = raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
     return int(handle) or LEGACY_STREAM
+
+
+_torch_streams: tuple[Any, Any] | None = None
+
+
+def _torch_stream_functions() -> tuple[Any, Any]:
+    """(torch, its raw current-stream getter or None), looked up once: an import statement per
+    exchange costs more than the read it serves."""
+    global _torch_streams
+    import torch  # the tensor's own module: already imported
+
+    # what Triton uses: no Stream object made
+    _torch_streams = (torch, getattr(torch._C, "_cuda_getCurrentRawStream", None))
+    return _torch_streams

@@ -68,3 +68,45 @@ def test_call_path_table_judges_each_row_against_the_same_run():
     assert _line(lines, "as_device_array(torch)").endswith("| **no** |")
     assert "| 0.800 |" in _line(lines, "real programs on c: pybridge − bare µs, calls < 1 ms, median")
     assert "not measured" in _line(lines, "real programs on cuda: pybridge / executable, worst")
+
+
+def test_the_torch_references_ask_what_pybridge_asks(monkeypatch):
+    """``bench exchange`` subtracts PyTorch's own part of ``from_cuda(torch)`` and
+    ``cuda.as_device_array(torch)``: its reference must ask the tensor what interop.torch_plain
+    asks (no more, or the subtraction would flatter pybridge), and its answers."""
+    from pybridge import interop
+    from pybridge.bench import exchange as ex
+
+    class Asked:
+        def __init__(self) -> None:
+            self.log: list[str] = []
+            self.shape = (2, 3)
+
+        def __getattribute__(self, name):
+            if not name.startswith("_") and name != "log":
+                object.__getattribute__(self, "log").append(name)
+            return object.__getattribute__(self, name)
+
+        dtype, is_cuda, requires_grad, is_sparse = "f32", True, False, False
+
+        def is_contiguous(self):
+            return True
+
+        def is_conj(self):
+            return False
+
+        def is_neg(self):
+            return False
+
+        def numel(self):
+            return 6
+
+        def data_ptr(self):
+            return 64
+
+    Asked.__module__, Asked.__name__ = "torch", "Tensor"
+    monkeypatch.setattr(interop, "_torch_dtypes", {"f32": interop.np.dtype("float32")})
+    mine, reference = Asked(), Asked()
+    assert interop.torch_plain(mine) == (64, (2, 3), interop.np.dtype("float32"))
+    ex.torch_reads(reference)
+    assert sorted(mine.log) == sorted(reference.log) and len(mine.log) == 10

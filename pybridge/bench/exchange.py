@@ -31,6 +31,22 @@ PYBRIDGE_SIDE = "pybridge side"
 DRIVER_PAIR = "reference: cuEventRecord + cuStreamWaitEvent (bare cffi)"
 CUPY_CAI = "reference: CuPy's own c.__cuda_array_interface__"
 NEW_RAW_FREE = "reference: Futhark's new_raw + free alone (bare cffi)"
+NUMBA_CAI = "reference: numba's own na.__cuda_array_interface__"
+TORCH_READS = "reference: PyTorch's own answers to what interop.torch_plain asks of a tensor"
+TORCH_STREAM = "reference: PyTorch's current stream, as interop._torch_stream asks it"
+
+
+def torch_reads(t: Any) -> tuple[Any, ...]:
+    """What interop.torch_plain asks of a plain tensor, and nothing else: PyTorch's own part of
+    ``cuda.as_device_array(t)`` and ``from_cuda(t)`` (tests/test_bench_report_targets.py checks
+    that the two ask the same)."""
+    return (t.dtype, t.is_cuda, t.requires_grad, t.is_sparse, t.is_contiguous(), t.is_conj(), t.is_neg(), t.shape,
+            t.numel(), t.data_ptr())
+
+
+def torch_stream(torch: Any, t: Any) -> Any:
+    """What interop._torch_stream asks PyTorch for a tensor on a device with an index."""
+    return torch._C._cuda_getCurrentRawStream(t.device.index)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -106,7 +122,10 @@ def futhark_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
         rows.append(_side(b, "to PyTorch: torch.from_dlpack(h)", n, lambda: torch.from_dlpack(h), calls, repeat))
         rows.append(_side(b, f"{PYBRIDGE_SIDE}: from_cuda(torch).free()", n, lambda: t.from_cuda(tt).free(), calls, repeat))
         rows.append(_side(b, "reference: PyTorch's own tensor.__cuda_array_interface__", n,
-                          lambda: tt.__cuda_array_interface__, calls, repeat, note="inside from_cuda(torch)"))
+                          lambda: tt.__cuda_array_interface__, calls, repeat,
+                          note="not read by from_cuda(torch), which asks the tensor directly"))
+        rows.append(_side(b, TORCH_READS, n, lambda: torch_reads(tt), calls, repeat, note="inside from_cuda(torch)"))
+        rows.append(_side(b, TORCH_STREAM, n, lambda: torch_stream(torch, tt), calls, repeat, note="inside from_cuda(torch)"))
         if cp is not None:
             rows.append(_side(b, "reference: torch.from_dlpack(cupy array)", n, lambda: torch.from_dlpack(c), calls, repeat,
                               note="the two libraries' own exchange, no pybridge"))
@@ -117,6 +136,8 @@ def futhark_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
             na = nb.to_device(x)
             rows.append(_side(b, "to numba: numba.cuda.as_cuda_array(h)", n, lambda: nb.as_cuda_array(h), calls, repeat))
             rows.append(_side(b, f"{PYBRIDGE_SIDE}: from_cuda(numba).free()", n, lambda: t.from_cuda(na).free(), calls, repeat))
+            rows.append(_side(b, NUMBA_CAI, n, lambda: na.__cuda_array_interface__, calls, repeat,
+                              note="inside from_cuda(numba)"))
         except Exception as e:  # noqa: BLE001 - numba-cuda may not work with this NumPy
             rows.append(skipped(b, "numba", f"{type(e).__name__}: {str(e)[:100]}", n))
     else:
@@ -174,6 +195,8 @@ def cuda_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
                           lambda: torch.as_tensor(x, device="cuda"), calls, repeat))
         rows.append(_side(b, f"{PYBRIDGE_SIDE}: cuda.as_device_array(torch)", n, lambda: cuda.as_device_array(tt),
                           calls, repeat))
+        rows.append(_side(b, TORCH_READS, n, lambda: torch_reads(tt), calls, repeat,
+                          note="inside cuda.as_device_array(torch)"))
     else:
         rows.append(skipped(b, "PyTorch", twhy, n))
     return rows

@@ -294,8 +294,10 @@ CALL_PATH_CALLS = [
 EXCHANGE_REFERENCES = {
     "h.__dlpack__() (capsule dropped)": (ex.DRIVER_PAIR,),
     "from_cuda(cupy).free()": (ex.NEW_RAW_FREE, ex.CUPY_CAI, ex.DRIVER_PAIR),
-    "from_cuda(torch).free()": (ex.NEW_RAW_FREE, ex.DRIVER_PAIR),
+    "from_cuda(torch).free()": (ex.NEW_RAW_FREE, ex.TORCH_READS, ex.TORCH_STREAM, ex.DRIVER_PAIR),
+    "from_cuda(numba).free()": (ex.NEW_RAW_FREE, ex.NUMBA_CAI),
     "cuda.as_device_array(cupy)": (ex.CUPY_CAI,),
+    "cuda.as_device_array(torch)": (ex.TORCH_READS,),
 }
 EXCHANGE_TARGET_US = 2.0
 # (path, backend, summary impl of `pybridge bench programs`, its reference impl or None)

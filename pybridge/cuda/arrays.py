@@ -18,6 +18,7 @@ a TypeError that points at :func:`to_device`.
 from __future__ import annotations
 
 import operator
+import sys
 
 from collections.abc import Sequence
 from typing import Any
@@ -26,10 +27,10 @@ import numpy as np
 
 from .. import interop
 from ..interop import KDLCUDA, KDLCUDAMANAGED, ArrayInfo
-from . import _driver
+from . import _driver, context
 from .context import ensure_context, pycuda_driver
 from .errors import pycuda_errors
-from .streams import Stream, as_stream
+from .streams import DEFAULT_STREAM, Stream, as_stream
 
 __all__ = [
     "DeviceArray",
@@ -257,22 +258,54 @@ class DeviceArray:
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> Any:
-        if copy:
-            raise BufferError("DeviceArray.__dlpack__ does not copy (copy=True was asked)")
-        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
-            raise BufferError(f"DeviceArray lives on {self.__dlpack_device__()}, not {tuple(dl_device)}")
-        # stream: the consumer's stream (None means the legacy default stream, -1 no sync at all).
-        if stream == 0:
-            raise ValueError("DLPack stream 0 is ambiguous; use 1 (legacy) or 2 (per-thread default)")
-        if self._pending is not None and stream != -1:
-            consumer = 1 if stream is None else int(stream)
-            ensure_context()
-            _driver.stream_wait(consumer, self._pending.cai_stream, what="__dlpack__")
-        versioned = max_version is not None and tuple(max_version) >= (1, 0)
-        return interop.export_dlpack(
-            self.ptr, self.shape, self.dtype, strides=self.strides, device_type=self._info.device_type,
-            device_id=self._info.device_id, owner=self, versioned=versioned, readonly=self.readonly,
-        )
+        return (_compiled_exchange or _exchange())[1](self, stream, max_version, dl_device, copy)
+
+
+def _dlpack_python(
+    array: DeviceArray, stream: int | None, max_version: tuple[int, int] | None, dl_device: tuple[int, int] | None,
+    copy: bool | None,
+) -> Any:
+    """``DeviceArray.__dlpack__`` (the compiled exchange does its common case in C)."""
+    if copy:
+        raise BufferError("DeviceArray.__dlpack__ does not copy (copy=True was asked)")
+    if dl_device is not None and tuple(dl_device) != array.__dlpack_device__():
+        raise BufferError(f"DeviceArray lives on {array.__dlpack_device__()}, not {tuple(dl_device)}")
+    # stream: the consumer's stream (None means the legacy default stream, -1 no sync at all).
+    if stream == 0:
+        raise ValueError("DLPack stream 0 is ambiguous; use 1 (legacy) or 2 (per-thread default)")
+    if array._pending is not None and stream != -1:
+        consumer = 1 if stream is None else int(stream)
+        ensure_context()
+        _driver.stream_wait(consumer, array._pending.cai_stream, what="__dlpack__")
+    versioned = max_version is not None and tuple(max_version) >= (1, 0)
+    info = array._info
+    # Strides exactly C order's are given as None: export_dlpack writes the same ones (in C where
+    # the compiled path is in use).
+    strides = None if info.strides == interop.c_contiguous_strides(info.shape, info.dtype.itemsize) else info.strides
+    return interop.export_dlpack(
+        info.ptr, info.shape, info.dtype, strides=strides, device_type=info.device_type,
+        device_id=info.device_id, owner=array, versioned=versioned, readonly=info.readonly,
+    )
+
+
+# as_device_array's "cai" branch and DeviceArray.__dlpack__: (import, export) of the compiled
+# exchange (pybridge.futhark._callpath, their common case in C) or of the Python functions here,
+# which define what they do. Chosen at first use: pybridge.futhark is not imported before.
+_compiled_exchange: tuple[Any, Any] | None = None
+
+
+def _exchange() -> tuple[Any, Any]:
+    global _compiled_exchange
+    if _compiled_exchange is None:
+        from ..futhark.callpath import compiled
+
+        if compiled is None:
+            _compiled_exchange = (_import_preferring_cai, _dlpack_python)
+        else:
+            compiled.configure_cuda(sys.modules[__name__], interop, ArrayInfo, DeviceArray, DEFAULT_STREAM, context,
+                                    np.ndarray)
+            _compiled_exchange = (compiled.cuda_import_cai, compiled.cuda_dlpack)
+    return _compiled_exchange
 
 
 # ------------------------------------------------------------------------------------ factories
@@ -427,14 +460,16 @@ def _from_cai_dict(obj: Any, cai: Any, stream: Any) -> DeviceArray:
     if plain is not None:
         ptr, readonly, shape, _, cai_stream = plain
         dt = _dtype(t)
-        info = ArrayInfo(ptr, shape, interop.c_contiguous_strides(shape, dt.itemsize), dt, readonly, cai_stream)
+        info = ArrayInfo(ptr, shape, interop.c_contiguous_strides(shape, dt.itemsize), dt, readonly)
     else:
         info = interop.cai_info(obj, cai)  # type: ignore[assignment]
+        cai_stream = info.stream
     pending: Stream | None = None
-    if info.stream is not None:
+    if cai_stream is not None:
         ensure_context()
         target = as_stream(stream)
-        _driver.stream_wait(target.cai_stream, info.stream, what="__cuda_array_interface__ import")
+        if target.cai_stream != cai_stream:  # the same stream is in order already: no event pair
+            _driver.stream_wait(target.cai_stream, cai_stream, what="__cuda_array_interface__ import")
         pending = target
     return DeviceArray(info, owner=obj, pending=pending)
 
@@ -472,6 +507,24 @@ def as_device_array(obj: Any, *, stream: Any = None, prefer: str = "cai") -> Dev
 
     ``prefer`` picks the protocol when the object speaks both ("cai" or "dlpack").
     """
+    if prefer == "cai":  # the usual call first: the compiled exchange makes the checks below too
+        return (_compiled_exchange or _exchange())[0](obj, stream)
+    ours = _ours_or_refused(obj, stream)
+    if ours is not None:
+        return ours
+    if prefer != "dlpack":
+        raise ValueError("prefer must be 'cai' or 'dlpack'")
+    has_cai = hasattr(obj, "__cuda_array_interface__")  # first, as always: PyTorch raises here for a grad tensor
+    if hasattr(obj, "__dlpack__"):
+        return from_dlpack(obj, stream)
+    if has_cai:
+        return from_cai(obj, stream)
+    raise _not_a_device_array(obj)
+
+
+def _ours_or_refused(obj: Any, stream: Any) -> DeviceArray | None:
+    """``obj`` itself when it is a DeviceArray (``stream`` waiting for its pending work); a
+    TypeError for a NumPy array; None for anything else."""
     if isinstance(obj, DeviceArray):
         pending = obj._pending
         if stream is not None and pending is not None:
@@ -483,28 +536,36 @@ def as_device_array(obj: Any, *, stream: Any = None, prefer: str = "cai") -> Dev
         raise TypeError(
             "a NumPy array lives in host memory; copy it to the GPU with pybridge.cuda.to_device(array)"
         )
-    if prefer not in ("cai", "dlpack"):
-        raise ValueError("prefer must be 'cai' or 'dlpack'")
-    if prefer == "cai":
-        # A plain PyTorch tensor read directly: what its CAI (version 2, no stream) says, without
-        # the dictionary PyTorch builds in Python.
-        torch_view = interop.torch_plain(obj)
-        if torch_view is not None:
-            ptr, shape, dt = torch_view
-            strides = interop.c_contiguous_strides(shape, dt.itemsize)
-            return DeviceArray(ArrayInfo(ptr, shape, strides, dt, False, None), owner=obj)
-        # Read once (hasattr would build it, then from_cai again): CuPy and PyTorch make it per read.
-        cai = getattr(obj, "__cuda_array_interface__", _MISSING)
-        if cai is not _MISSING:
-            return _from_cai_dict(obj, cai, stream)
-        if hasattr(obj, "__dlpack__"):
-            return from_dlpack(obj, stream)
-    else:
-        has_cai = hasattr(obj, "__cuda_array_interface__")  # first, as always: PyTorch raises here for a grad tensor
-        if hasattr(obj, "__dlpack__"):
-            return from_dlpack(obj, stream)
-        if has_cai:
-            return from_cai(obj, stream)
-    raise TypeError(
+    return None
+
+
+def _import_preferring_cai(obj: Any, stream: Any) -> DeviceArray:
+    """``as_device_array(obj, stream=stream, prefer="cai")`` (the compiled exchange does its common
+    case in C)."""
+    ours = _ours_or_refused(obj, stream)
+    if ours is not None:
+        return ours
+    # A plain PyTorch tensor read directly: what its CAI (version 2, no stream) says, without
+    # the dictionary PyTorch builds in Python.
+    torch_view = interop.torch_plain(obj)
+    if torch_view is not None:
+        ptr, shape, dt = torch_view
+        strides = interop.c_contiguous_strides(shape, dt.itemsize)
+        return DeviceArray(ArrayInfo(ptr, shape, strides, dt, False, None), owner=obj)
+    # Read once (hasattr would build it, then from_cai again): CuPy and PyTorch make it per read.
+    cai = getattr(obj, "__cuda_array_interface__", _MISSING)
+    if cai is not _MISSING:
+        return _from_cai_dict(obj, cai, stream)
+    return _import_without_cai(obj, stream)
+
+
+def _import_without_cai(obj: Any, stream: Any) -> DeviceArray:
+    if hasattr(obj, "__dlpack__"):
+        return from_dlpack(obj, stream)
+    raise _not_a_device_array(obj)
+
+
+def _not_a_device_array(obj: Any) -> TypeError:
+    return TypeError(
         f"{type(obj).__name__} is not a device array (it has neither __cuda_array_interface__ nor __dlpack__)"
     )

@@ -1905,6 +1905,572 @@ static PyObject *configure_dlpack(PyObject *m, PyObject *args) {
 
 static PyObject *dlpack_exports_alive(PyObject *m, PyObject *unused) { return PyLong_FromLong(exports_alive); }
 
+/* ------------------------------------------------------------------ pybridge.cuda exchange */
+
+/* The exchange steps of pybridge.cuda and pybridge.interop in C (issue 34): each is the common case
+ * of a Python function that stays the definition and the fallback. Anything off the common case
+ * calls that function (with nothing read twice that a producer builds per read), so every error
+ * and its message comes from one place.
+ *   plain_cai_of    - interop.plain_cai_of
+ *   cuda_import_cai - arrays._import_preferring_cai (as_device_array(x), prefer="cai")
+ *   cuda_dlpack     - arrays._dlpack_python (DeviceArray.__dlpack__)
+ * configure_cuda(arrays, interop, ArrayInfo, DeviceArray, DEFAULT_STREAM, context, ndarray) gives
+ * them the Python side; the functions and caches are read from those modules at each call (tests replace them). */
+static PyObject *cx_arrays, *cx_interop, *cx_ArrayInfo, *cx_DeviceArray, *cx_default_stream, *cx_object_new;
+static PyObject *cx_context, *cx_ensure_context_py; /* pybridge.cuda.context and its ensure_context */
+static PyObject *cx_ndarray, *cx_new_info_args, *cx_new_array_args; /* np.ndarray; (ArrayInfo,), (DeviceArray,) */
+/* DeviceArray's slot descriptors and their setter (configure_cuda), or NULL: PyObject_SetAttr then */
+static PyObject *cx_slot[7];
+static descrsetfunc cx_slot_set;
+static PyObject *cx_int[4]; /* 0, 1, 2, 3 */
+enum {
+    CX_VERSION, CX_TYPESTR, CX_STRIDES, CX_MASK, CX_STREAM, CX_SHAPE, CX_DATA, CX_DTYPES, CX_ENSURE, CX_DRIVER,
+    CX_STREAM_WAIT, CX_WHAT, CX_WHAT_CAI, CX_IMPORT_PY, CX_FROM_CAI_DICT, CX_WITHOUT_CAI, CX_TORCH_PLAIN, CX_CAI,
+    CX_MODULE, CX_ITEMSIZE, CX_PTR, CX_READONLY, CX_DTYPE, CX_DEVICE_TYPE, CX_DEVICE_ID, CX_INFO, CX_GPU, CX_OWNER,
+    CX_PENDING, CX_META, CX_ICACHE, CX_ALLOC, CX_DL_CODES, CX_DLPACK_PY, CX_C_STRIDES, CX_TORCH, CX_TLS, CX_PUSHED,
+    CX_DEVICES, CX_PRIMARY, CX_COUNT
+};
+static PyObject *cx_s[CX_COUNT];
+static const char *const cx_names[CX_COUNT] = {
+    "version", "typestr", "strides", "mask", "stream", "shape", "data", "_dtypes", "ensure_context", "_driver",
+    "stream_wait", "what", "__cuda_array_interface__ import", "_import_preferring_cai", "_from_cai_dict",
+    "_import_without_cai", "torch_plain", "__cuda_array_interface__", "__module__", "itemsize", "ptr", "readonly",
+    "dtype", "device_type", "device_id", "_info", "_gpu", "_owner", "_pending", "_meta", "_icache", "_alloc",
+    "_dl_codes", "_dlpack_python", "c_contiguous_strides", "torch", "_tls", "pushed", "devices", "_primary"};
+
+/* module.name, read now from the module's dictionary (what getattr finds for a module without
+ * __getattr__, in a third of the time), else through getattr (its AttributeError). */
+static PyObject *cx_attr(PyObject *module, int name) {
+    PyObject *v = PyDict_GetItemWithError(PyModule_GetDict(module), cx_s[name]);
+    if (v != NULL) {
+        Py_INCREF(v);
+        return v;
+    }
+    return PyErr_Occurred() ? NULL : PyObject_GetAttr(module, cx_s[name]);
+}
+
+/* module.name(*args) for a Python function read from the module now. */
+static PyObject *cx_call(PyObject *module, int name, PyObject *a, PyObject *b, PyObject *c) {
+    PyObject *fn = cx_attr(module, name);
+    if (fn == NULL) return NULL;
+    PyObject *r = PyObject_CallFunctionObjArgs(fn, a, b, c, NULL);
+    Py_DECREF(fn);
+    return r;
+}
+
+/* The names and numbers above, made once (by the first function of this section called). */
+static int cx_init(void) {
+    if (cx_object_new != NULL) return 0;
+    for (int i = 0; i < CX_COUNT; i++)
+        if (cx_s[i] == NULL && (cx_s[i] = PyUnicode_InternFromString(cx_names[i])) == NULL) return -1;
+    for (int i = 0; i < 4; i++)
+        if (cx_int[i] == NULL && (cx_int[i] = PyLong_FromLong(i)) == NULL) return -1;
+    cx_object_new = PyObject_GetAttrString((PyObject *)&PyBaseObject_Type, "__new__");
+    return cx_object_new == NULL ? -1 : 0;
+}
+
+/* cai.get(name) of an exact dict: a new reference (Py_None when absent), NULL on error. */
+static PyObject *cx_get(PyObject *cai, int name) {
+    PyObject *v = PyDict_GetItemWithError(cai, cx_s[name]);
+    if (v == NULL && PyErr_Occurred()) return NULL;
+    v = v ? v : Py_None;
+    Py_INCREF(v);
+    return v;
+}
+
+/* `a op b` as Python evaluates it in an `if` (no identity shortcut): 1, 0, or -1 on error. */
+static int cx_compare(PyObject *a, PyObject *b, int op) {
+    PyObject *r = PyObject_RichCompare(a, b, op);
+    if (r == NULL) return -1;
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t;
+}
+
+/* An exact int as int64: 1 and *out, 0 when it does not fit (or is not an exact int), -1 on error. */
+static int cx_int64(PyObject *o, int64_t *out) {
+    if (!PyLong_CheckExact(o)) return 0;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow) return 0;
+    *out = v;
+    return 1;
+}
+
+/* The product of a tuple of exact non-negative ints, as Python computes it (any size); the tuple
+ * was checked by the caller. */
+static PyObject *cx_product(PyObject *shape) {
+    Py_ssize_t n = PyTuple_Size(shape);
+    int64_t size = 1;
+    Py_ssize_t i = 0;
+    for (; i < n; i++) {
+        int64_t d;
+        int ok = cx_int64(PyTuple_GetItem(shape, i), &d);
+        if (ok < 0) return NULL;
+        if (!ok || (d != 0 && size > INT64_MAX / d)) break;
+        size *= d;
+    }
+    PyObject *r = PyLong_FromLongLong(size);
+    for (; r != NULL && i < n; i++) { /* past int64: Python's ints from here on */
+        PyObject *p = PyNumber_Multiply(r, PyTuple_GetItem(shape, i));
+        Py_DECREF(r);
+        r = p;
+    }
+    return r;
+}
+
+/* interop.plain_cai_of(cai, typestr): 1 with new references to (ptr, readonly, shape, size,
+ * stream) in out[0..4]; 0 where Python returns None; -1 on error. Same reads, same order. */
+static int cx_plain(PyObject *cai, PyObject *typestr, PyObject **out) {
+    if (!PyDict_CheckExact(cai)) return 0;
+    PyObject *version = NULL, *v = NULL, *stream = NULL, *shape = NULL, *data = NULL;
+    int r = -1, t;
+    if ((version = cx_get(cai, CX_VERSION)) == NULL || (v = cx_get(cai, CX_TYPESTR)) == NULL) goto done;
+    if ((t = cx_compare(v, typestr, Py_NE)) != 0) {
+        r = t < 0 ? -1 : 0;
+        goto done;
+    }
+    Py_CLEAR(v);
+    if ((v = cx_get(cai, CX_STRIDES)) == NULL) goto done;
+    if (v != Py_None) goto none;
+    Py_CLEAR(v);
+    if ((v = cx_get(cai, CX_MASK)) == NULL) goto done;
+    if (v != Py_None) goto none;
+    if ((t = cx_compare(version, cx_int[3], Py_EQ)) < 0) goto done;
+    if (t) {
+        if ((stream = cx_get(cai, CX_STREAM)) == NULL) goto done;
+    } else {
+        if ((t = cx_compare(version, cx_int[2], Py_EQ)) < 0) goto done;
+        if (!t) goto none;
+        Py_INCREF(Py_None); /* PyTorch's v2: no stream field, the producer has synchronised */
+        stream = Py_None;
+    }
+    if ((shape = cx_get(cai, CX_SHAPE)) == NULL || (data = cx_get(cai, CX_DATA)) == NULL) goto done;
+    if (!PyTuple_CheckExact(shape) || !PyTuple_CheckExact(data) || PyTuple_Size(data) != 2) goto none;
+    PyObject *ptr = PyTuple_GetItem(data, 0), *readonly = PyTuple_GetItem(data, 1);
+    if (!PyLong_CheckExact(ptr) || !PyBool_Check(readonly)) goto none;
+    int64_t p64;
+    unsigned long long p;
+    if ((t = cx_int64(ptr, &p64)) < 0) goto done;
+    if (t) { /* the usual address: below 2**63 */
+        if (p64 < 0) goto none;
+        p = (unsigned long long)p64;
+    } else {
+        p = PyLong_AsUnsignedLongLong(ptr); /* OverflowError: below 0 or from 2**64 */
+        if (p == (unsigned long long)-1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) goto done;
+            PyErr_Clear();
+            goto none;
+        }
+    }
+    if (stream != Py_None) {
+        int64_t s;
+        if (!PyLong_CheckExact(stream)) goto none;
+        if ((t = cx_int64(stream, &s)) < 0) goto done;
+        if (t && s == 0) goto none;
+    }
+    Py_ssize_t n = PyTuple_Size(shape);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyTuple_GetItem(shape, i);
+        if (!PyLong_CheckExact(d)) goto none;
+        if ((t = cx_compare(d, cx_int[0], Py_LT)) < 0) goto done;
+        if (t) goto none;
+    }
+    PyObject *size = cx_product(shape);
+    if (size == NULL) goto done;
+    if (p == 0 && (t = PyObject_IsTrue(size)) != 0) {
+        Py_DECREF(size);
+        r = t < 0 ? -1 : 0;
+        goto done;
+    }
+    Py_INCREF(ptr);
+    Py_INCREF(readonly);
+    out[0] = ptr;
+    out[1] = readonly;
+    out[2] = shape;
+    out[3] = size;
+    out[4] = stream;
+    shape = stream = NULL; /* handed over */
+    r = 1;
+    goto done;
+none:
+    r = 0;
+done:
+    Py_XDECREF(version);
+    Py_XDECREF(v);
+    Py_XDECREF(stream);
+    Py_XDECREF(shape);
+    Py_XDECREF(data);
+    return r;
+}
+
+static PyObject *plain_cai_of(PyObject *m, PyObject *args) {
+    PyObject *cai, *typestr, *out[5];
+    if (!PyArg_ParseTuple(args, "OO:plain_cai_of", &cai, &typestr) || cx_init() < 0) return NULL;
+    int r = cx_plain(cai, typestr, out);
+    if (r < 0) return NULL;
+    if (r == 0) Py_RETURN_NONE;
+    PyObject *t = PyTuple_Pack(5, out[0], out[1], out[2], out[3], out[4]);
+    for (int i = 0; i < 5; i++) Py_DECREF(out[i]);
+    return t;
+}
+
+/* interop.c_contiguous_strides(shape, itemsize) for a tuple of exact ints (in C while it fits in
+ * int64, else the Python function). */
+static PyObject *cx_c_strides(PyObject *shape, PyObject *itemsize) {
+    Py_ssize_t n = PyTuple_Size(shape);
+    int64_t step, d;
+    int ok = cx_int64(itemsize, &step);
+    if (ok < 0) return NULL;
+    if (ok) {
+        PyObject *out = PyTuple_New(n);
+        if (out == NULL) return NULL;
+        for (Py_ssize_t i = n - 1; ok > 0 && i >= 0; i--) {
+            if ((ok = cx_int64(PyTuple_GetItem(shape, i), &d)) <= 0) break;
+            PyObject *s = PyLong_FromLongLong(step);
+            if (s == NULL) {
+                ok = -1;
+                break;
+            }
+            PyTuple_SetItem(out, i, s);
+            if (d < 1) d = 1; /* max(int(d), 1) */
+            if (step > INT64_MAX / d) ok = 0; /* past int64: Python's ints */
+            else step *= d;
+        }
+        if (ok > 0) return out;
+        Py_DECREF(out);
+        if (ok < 0) return NULL;
+    }
+    return cx_call(cx_interop, CX_C_STRIDES, shape, itemsize, NULL);
+}
+
+/* ArrayInfo(ptr, shape, strides, dtype, readonly) (stream None, a CUDA device 0): what its frozen
+ * dataclass __init__ does, object.__setattr__ per field in order, without the Python frame. */
+static PyObject *cx_info(PyObject *ptr, PyObject *shape, PyObject *strides, PyObject *dtype, PyObject *readonly) {
+    PyObject *info = PyObject_Call(cx_object_new, cx_new_info_args, NULL);
+    if (info == NULL) return NULL;
+    PyObject *vals[] = {ptr, shape, strides, dtype, readonly, Py_None, cx_int[2], cx_int[0]};
+    const int names[] = {CX_PTR, CX_SHAPE, CX_STRIDES, CX_DTYPE, CX_READONLY, CX_STREAM, CX_DEVICE_TYPE, CX_DEVICE_ID};
+    for (int i = 0; i < 8; i++) {
+        if (PyObject_GenericSetAttr(info, cx_s[names[i]], vals[i]) < 0) {
+            Py_DECREF(info);
+            return NULL;
+        }
+    }
+    return info;
+}
+
+/* DeviceArray(info, owner=owner, pending=pending) for an info without a stream: its __init__'s
+ * assignments, in order. Steals the reference to info. */
+static PyObject *cx_device_array(PyObject *info, PyObject *owner, PyObject *pending) {
+    if (info == NULL) return NULL;
+    PyObject *a = PyObject_Call(cx_object_new, cx_new_array_args, NULL);
+    PyObject *vals[] = {info, Py_None, owner, pending, Py_None, Py_None, Py_False};
+    const int names[] = {CX_INFO, CX_GPU, CX_OWNER, CX_PENDING, CX_META, CX_ICACHE, CX_ALLOC};
+    for (int i = 0; a != NULL && i < 7; i++) {
+        int rc = cx_slot_set != NULL ? cx_slot_set(cx_slot[i], a, vals[i]) : PyObject_SetAttr(a, cx_s[names[i]], vals[i]);
+        if (rc < 0) Py_CLEAR(a);
+    }
+    Py_DECREF(info);
+    return a;
+}
+
+/* context.ensure_context()'s fast path: this thread pushed device 0's primary context, which is
+ * retained. 1 when it holds, 0 when the function must run, -1 on error. */
+static int cx_context_pushed(void) {
+    PyObject *tls = cx_attr(cx_context, CX_TLS), *pushed = NULL, *devices = NULL, *primary = NULL;
+    int r = -1;
+    if (tls == NULL) return -1;
+    if ((pushed = PyObject_GetAttr(tls, cx_s[CX_PUSHED])) == NULL) { /* getattr(_tls, "pushed", None) */
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            r = 0;
+        }
+        goto done;
+    }
+    r = 0;
+    if (pushed == Py_None) goto done;
+    r = -1;
+    if ((devices = PyObject_GetAttr(pushed, cx_s[CX_DEVICES])) == NULL) goto done;
+    if ((r = PySequence_Contains(devices, cx_int[0])) <= 0) goto done;
+    r = -1;
+    if ((primary = cx_attr(cx_context, CX_PRIMARY)) == NULL) goto done;
+    r = 0;
+    if (!PyDict_CheckExact(primary)) goto done;
+    PyObject *ctx = PyDict_GetItemWithError(primary, cx_int[0]);
+    r = ctx != NULL && ctx != Py_None ? 1 : (PyErr_Occurred() ? -1 : 0);
+done:
+    Py_DECREF(tls);
+    Py_XDECREF(pushed);
+    Py_XDECREF(devices);
+    Py_XDECREF(primary);
+    return r;
+}
+
+/* arrays.ensure_context(): its fast path in C when it is context.ensure_context, else the call. */
+static int cx_ensure_context(void) {
+    PyObject *fn = cx_attr(cx_arrays, CX_ENSURE), *r;
+    if (fn == NULL) return -1;
+    int pushed = fn == cx_ensure_context_py ? cx_context_pushed() : 0;
+    if (pushed == 0) {
+        r = PyObject_CallNoArgs(fn);
+        pushed = r == NULL ? -1 : 1;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(fn);
+    return pushed < 0 ? -1 : 0;
+}
+
+static int cx_ready(void) {
+    if (cx_arrays != NULL) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "pybridge.cuda did not configure the compiled exchange (configure_cuda)");
+    return -1;
+}
+
+/* The plain typestrs _from_cai_dict reads itself: "<" or "|", then f, i, u or b. */
+static int cx_plain_typestr(PyObject *t) {
+    if (!PyUnicode_CheckExact(t) || PyUnicode_GetLength(t) < 2) return 0;
+    Py_UCS4 a = PyUnicode_ReadChar(t, 0), b = PyUnicode_ReadChar(t, 1);
+    return (a == '<' || a == '|') && (b == 'f' || b == 'i' || b == 'u' || b == 'b');
+}
+
+/* _from_cai_dict(obj, cai, None) for the plain form with a cached dtype and an exact int version
+ * (nothing here runs Python code before the producer's stream is waited for); NULL with no error
+ * set: not that form, the caller calls the Python function. */
+static PyObject *cx_from_cai(PyObject *obj, PyObject *cai) {
+    PyObject *t = PyDict_GetItemWithError(cai, cx_s[CX_TYPESTR]), *version;
+    if (t == NULL || !cx_plain_typestr(t)) return NULL;
+    version = PyDict_GetItemWithError(cai, cx_s[CX_VERSION]);
+    if (version == NULL || !PyLong_CheckExact(version)) return NULL;
+    PyObject *dtypes = cx_attr(cx_arrays, CX_DTYPES);
+    if (dtypes == NULL) return NULL;
+    PyObject *dt = PyDict_Check(dtypes) ? PyDict_GetItemWithError(dtypes, t) : NULL; /* borrowed */
+    Py_XINCREF(dt);
+    Py_DECREF(dtypes);
+    if (dt == NULL) return NULL;
+    Py_INCREF(t);
+    PyObject *out[5] = {NULL}, *itemsize = NULL, *strides = NULL, *r = NULL;
+    int plain = cx_plain(cai, t, out);
+    Py_DECREF(t);
+    if (plain <= 0) goto done;
+    if ((itemsize = PyObject_GetAttr(dt, cx_s[CX_ITEMSIZE])) == NULL) goto done;
+    if ((strides = cx_c_strides(out[2], itemsize)) == NULL) goto done;
+    PyObject *pending = Py_None;
+    if (out[4] != Py_None) { /* the producer's stream: ours (legacy default) waits for it, unless it is ours */
+        if (cx_ensure_context() < 0) goto done;
+        int same = cx_compare(out[4], cx_int[1], Py_EQ);
+        if (same < 0) goto done;
+        if (!same) {
+            PyObject *driver = cx_attr(cx_arrays, CX_DRIVER), *wait = NULL, *args = NULL, *kw = NULL, *w = NULL;
+            if (driver != NULL) wait = PyObject_GetAttr(driver, cx_s[CX_STREAM_WAIT]);
+            if (wait != NULL) args = PyTuple_Pack(2, cx_int[1], out[4]);
+            if (args != NULL) kw = Py_BuildValue("{OO}", cx_s[CX_WHAT], cx_s[CX_WHAT_CAI]);
+            if (kw != NULL) w = PyObject_Call(wait, args, kw);
+            Py_XDECREF(driver);
+            Py_XDECREF(wait);
+            Py_XDECREF(args);
+            Py_XDECREF(kw);
+            if (w == NULL) goto done;
+            Py_DECREF(w);
+        }
+        pending = cx_default_stream;
+    }
+    r = cx_device_array(cx_info(out[0], out[2], strides, dt, out[1]), obj, pending);
+done:
+    for (int i = 0; i < 5; i++) Py_XDECREF(out[i]);
+    Py_XDECREF(itemsize);
+    Py_XDECREF(strides);
+    Py_DECREF(dt);
+    return r;
+}
+
+/* cuda_import_cai(obj, stream): arrays._import_preferring_cai in C for stream None. */
+static PyObject *cuda_import_cai(PyObject *m, PyObject *args) {
+    PyObject *obj, *stream;
+    if (!PyArg_ParseTuple(args, "OO:cuda_import_cai", &obj, &stream)) return NULL;
+    if (cx_ready() < 0) return NULL;
+    /* a stream given, a DeviceArray (returned as it is) or a NumPy array (refused): the Python code */
+    int python = stream != Py_None ? 1 : PyObject_IsInstance(obj, cx_DeviceArray);
+    if (python == 0) python = PyObject_IsInstance(obj, cx_ndarray);
+    if (python < 0) return NULL;
+    if (python) return cx_call(cx_arrays, CX_IMPORT_PY, obj, stream, NULL);
+    /* interop.torch_plain returns None unless type(obj).__module__ is "torch": not called then */
+    PyObject *module = PyObject_GetAttr((PyObject *)Py_TYPE(obj), cx_s[CX_MODULE]);
+    int torch = module == NULL || !PyUnicode_CheckExact(module) || PyUnicode_Compare(module, cx_s[CX_TORCH]) == 0;
+    Py_XDECREF(module);
+    PyErr_Clear();
+    if (torch) {
+        PyObject *view = cx_call(cx_interop, CX_TORCH_PLAIN, obj, NULL, NULL);
+        if (view == NULL) return NULL;
+        if (view != Py_None) { /* (ptr, shape, dtype): a contiguous tensor, no stream (its CAI is v2) */
+            PyObject *r = NULL;
+            if (PyTuple_CheckExact(view) && PyTuple_Size(view) == 3 && PyTuple_CheckExact(PyTuple_GetItem(view, 1))) {
+                PyObject *shape = PyTuple_GetItem(view, 1), *dt = PyTuple_GetItem(view, 2);
+                PyObject *itemsize = PyObject_GetAttr(dt, cx_s[CX_ITEMSIZE]);
+                PyObject *strides = itemsize ? cx_c_strides(shape, itemsize) : NULL;
+                if (strides != NULL)
+                    r = cx_device_array(cx_info(PyTuple_GetItem(view, 0), shape, strides, dt, Py_False), obj, Py_None);
+                Py_XDECREF(itemsize);
+                Py_XDECREF(strides);
+            } else {
+                r = cx_call(cx_arrays, CX_IMPORT_PY, obj, stream, NULL);
+            }
+            Py_DECREF(view);
+            return r;
+        }
+        Py_DECREF(view);
+    }
+    PyObject *cai = PyObject_GetAttr(obj, cx_s[CX_CAI]); /* read once: CuPy and PyTorch make it per read */
+    if (cai == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+        PyErr_Clear();
+        return cx_call(cx_arrays, CX_WITHOUT_CAI, obj, stream, NULL);
+    }
+    PyObject *r = PyDict_CheckExact(cai) ? cx_from_cai(obj, cai) : NULL;
+    if (r == NULL && !PyErr_Occurred()) r = cx_call(cx_arrays, CX_FROM_CAI_DICT, obj, cai, stream);
+    Py_DECREF(cai);
+    return r;
+}
+
+/* cuda_dlpack(array, stream, max_version, dl_device, copy): arrays._dlpack_python in C for a
+ * DeviceArray with nothing pending, C-ordered (its strides exactly C order's), a dtype exported
+ * before (interop._dl_codes), keywords of the plain forms. */
+static PyObject *cuda_dlpack(PyObject *m, PyObject *args) {
+    PyObject *x, *stream, *max_version, *dl_device, *copy;
+    if (!PyArg_ParseTuple(args, "OOOOO:cuda_dlpack", &x, &stream, &max_version, &dl_device, &copy)) return NULL;
+    if (cx_ready() < 0) return NULL;
+    PyObject *pending = NULL, *info = NULL, *f[7] = {NULL}, *codes = NULL, *r = NULL;
+    int versioned = 0;
+    if ((copy != Py_None && copy != Py_False) || dl_device != Py_None) goto slow;
+    if (stream != Py_None) {
+        int64_t s;
+        int ok = cx_int64(stream, &s);
+        if (ok < 0) return NULL;
+        if (!ok || s == 0) goto slow;
+    }
+    if (max_version != Py_None) {
+        int64_t major, minor;
+        if (!PyTuple_CheckExact(max_version) || PyTuple_Size(max_version) != 2) goto slow;
+        int a = cx_int64(PyTuple_GetItem(max_version, 0), &major), b = a > 0 ? cx_int64(PyTuple_GetItem(max_version, 1), &minor) : 0;
+        if (a < 0 || b < 0) return NULL;
+        if (!a || !b) goto slow;
+        versioned = major > 1 || (major == 1 && minor >= 0);
+    }
+    if ((pending = PyObject_GetAttr(x, cx_s[CX_PENDING])) == NULL) goto done;
+    if (pending != Py_None) goto slow; /* the consumer's stream waits: the Python code */
+    if ((info = PyObject_GetAttr(x, cx_s[CX_INFO])) == NULL) goto done;
+    const int names[] = {CX_PTR, CX_SHAPE, CX_STRIDES, CX_DTYPE, CX_READONLY, CX_DEVICE_TYPE, CX_DEVICE_ID};
+    for (int i = 0; i < 7; i++)
+        if ((f[i] = PyObject_GetAttr(info, cx_s[names[i]])) == NULL) goto done;
+    int64_t ptr, dev_type, did, step, d, code, bits;
+    int ok;
+    if ((ok = cx_int64(f[0], &ptr)) < 0) goto done;
+    if (!ok || ptr < 0 || !PyTuple_CheckExact(f[1]) || !PyTuple_CheckExact(f[2])) goto slow;
+    Py_ssize_t n = PyTuple_Size(f[1]);
+    if (PyTuple_Size(f[2]) != n) goto slow;
+    if ((ok = cx_int64(f[5], &dev_type)) <= 0 || (ok = cx_int64(f[6], &did)) <= 0) goto maybe;
+    if (dev_type < INT32_MIN || dev_type > INT32_MAX || did < INT32_MIN || did > INT32_MAX) goto slow;
+    { /* the dtype's DLPack code, as interop._export_keyed caches it */
+        PyObject *cache = cx_attr(cx_interop, CX_DL_CODES);
+        if (cache == NULL) goto done;
+        codes = PyDict_Check(cache) ? PyDict_GetItemWithError(cache, f[3]) : NULL;
+        Py_XINCREF(codes);
+        Py_DECREF(cache);
+        if (codes == NULL) {
+            if (PyErr_Occurred()) goto done;
+            goto slow; /* not exported before: the Python code (which caches it) */
+        }
+    }
+    if (!PyTuple_CheckExact(codes) || PyTuple_Size(codes) != 2) goto slow;
+    if ((ok = cx_int64(PyTuple_GetItem(codes, 0), &code)) <= 0 || (ok = cx_int64(PyTuple_GetItem(codes, 1), &bits)) <= 0)
+        goto maybe;
+    { /* the strides are C order's exactly (interop.c_contiguous_strides): the capsule's are then */
+        PyObject *itemsize = PyObject_GetAttr(f[3], cx_s[CX_ITEMSIZE]);
+        if (itemsize == NULL) goto done;
+        ok = cx_int64(itemsize, &step);
+        Py_DECREF(itemsize);
+        if (ok <= 0) goto maybe;
+    }
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        int64_t s;
+        if ((ok = cx_int64(PyTuple_GetItem(f[2], i), &s)) <= 0 || (ok = cx_int64(PyTuple_GetItem(f[1], i), &d)) <= 0)
+            goto maybe;
+        if (s != step) goto slow;
+        if (d < 1) d = 1;
+        if (step > INT64_MAX / d) goto slow;
+        step *= d;
+    }
+    int readonly = PyObject_IsTrue(f[4]);
+    if (readonly < 0) goto done;
+    r = make_capsule(f[0], f[1], (int)code, (int)bits, (int)dev_type, (int)did, versioned, readonly, x);
+    goto done;
+maybe:
+    if (ok < 0) goto done;
+slow: {
+        PyObject *fn = cx_attr(cx_arrays, CX_DLPACK_PY);
+        if (fn != NULL) {
+            r = PyObject_CallFunctionObjArgs(fn, x, stream, max_version, dl_device, copy, NULL);
+            Py_DECREF(fn);
+        }
+    }
+done:
+    Py_XDECREF(pending);
+    Py_XDECREF(info);
+    for (int i = 0; i < 7; i++) Py_XDECREF(f[i]);
+    Py_XDECREF(codes);
+    return r;
+}
+
+/* configure_cuda(arrays, interop, ArrayInfo, DeviceArray, DEFAULT_STREAM, context, ndarray):
+ * pybridge.cuda.arrays, once. */
+static PyObject *configure_cuda(PyObject *m, PyObject *args) {
+    PyObject *arrays, *interop, *info, *array, *stream, *context, *ensure, *ndarray, *info_args, *array_args;
+    if (!PyArg_ParseTuple(args, "OOO!O!OOO!:configure_cuda", &arrays, &interop, &PyType_Type, &info, &PyType_Type,
+                          &array, &stream, &context, &PyType_Type, &ndarray) ||
+        cx_init() < 0)
+        return NULL;
+    if ((info_args = PyTuple_Pack(1, info)) == NULL) return NULL;
+    if ((array_args = PyTuple_Pack(1, array)) == NULL) {
+        Py_DECREF(info_args);
+        return NULL;
+    }
+    Py_XSETREF(cx_new_info_args, info_args);
+    Py_XSETREF(cx_new_array_args, array_args);
+    /* Setting a slot through its descriptor's setter is what PyObject_SetAttr does for a class that
+     * keeps object's __setattr__ (the type lookup left out): used where that holds for all seven. */
+    const int slot_names[] = {CX_INFO, CX_GPU, CX_OWNER, CX_PENDING, CX_META, CX_ICACHE, CX_ALLOC};
+    descrsetfunc set = NULL;
+    cx_slot_set = NULL;
+    int direct = PyType_GetSlot((PyTypeObject *)array, Py_tp_setattro) == PyType_GetSlot(&PyBaseObject_Type, Py_tp_setattro);
+    for (int i = 0; i < 7; i++) {
+        PyObject *d = PyObject_GetAttr(array, cx_s[slot_names[i]]);
+        if (d == NULL) return NULL;
+        descrsetfunc f = (descrsetfunc)PyType_GetSlot(Py_TYPE(d), Py_tp_descr_set);
+        PyObject *tname = f != NULL ? PyObject_GetAttrString((PyObject *)Py_TYPE(d), "__name__") : NULL;
+        int member = tname != NULL && PyUnicode_Check(tname) && PyUnicode_CompareWithASCIIString(tname, "member_descriptor") == 0;
+        Py_XDECREF(tname);
+        PyErr_Clear();
+        if (!member || (set != NULL && f != set)) direct = 0;
+        set = f;
+        Py_XSETREF(cx_slot[i], d);
+    }
+    cx_slot_set = direct ? set : NULL;
+    Py_INCREF(ndarray);
+    Py_XSETREF(cx_ndarray, ndarray);
+    if ((ensure = PyObject_GetAttrString(context, "ensure_context")) == NULL) return NULL;
+    Py_XSETREF(cx_ensure_context_py, ensure);
+    Py_INCREF(context);
+    Py_XSETREF(cx_context, context);
+    PyObject **slots[] = {&cx_arrays, &cx_interop, &cx_ArrayInfo, &cx_DeviceArray, &cx_default_stream};
+    PyObject *vals[] = {arrays, interop, info, array, stream};
+    for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
+        Py_INCREF(vals[i]);
+        Py_XSETREF(*slots[i], vals[i]);
+    }
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyObject *configure(PyObject *m, PyObject *args) {
@@ -1930,6 +2496,10 @@ static PyMethodDef module_methods[] = {
     {"dlpack_exports_alive", dlpack_exports_alive, METH_NOARGS, "Capsules made here not yet released by their consumer."},
     {"configure_dlpack", configure_dlpack, METH_VARARGS, "Give ArrayBase.__dlpack__ interop's export cache and futhark_dlpack."},
     {"order_streams", order_streams, METH_VARARGS, "cuEventRecord then cuStreamWaitEvent through their addresses (ordering.py)."},
+    {"plain_cai_of", plain_cai_of, METH_VARARGS, "interop.plain_cai_of in C."},
+    {"cuda_import_cai", cuda_import_cai, METH_VARARGS, "pybridge.cuda.arrays._import_preferring_cai in C (its common case)."},
+    {"cuda_dlpack", cuda_dlpack, METH_VARARGS, "pybridge.cuda.arrays._dlpack_python in C (its common case)."},
+    {"configure_cuda", configure_cuda, METH_VARARGS, "Give the cuda exchange functions pybridge.cuda's side (arrays.py, once)."},
     {NULL},
 };
 

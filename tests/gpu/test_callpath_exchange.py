@@ -7,7 +7,11 @@
   the handle's data, also while Futhark is still computing it (the consumer's stream ordered in
   C), and every capsule is released;
 - ``cuda.as_device_array`` of a PyTorch tensor read directly (``interop.torch_plain``): the same
-  description as through PyTorch's own ``__cuda_array_interface__``, or the same error.
+  description as through PyTorch's own ``__cuda_array_interface__``, or the same error;
+- pybridge.cuda's exchange in C (``_callpath.cuda_import_cai`` / ``cuda_dlpack``) against the
+  Python functions on real CuPy, PyTorch and numba arrays: the same DeviceArray, the same data a
+  consumer reads, and a CuPy array still being written on its own stream waited for on the device
+  (tests/test_call_path_cuda_exchange.py covers the rest with fake producers, without a GPU).
 
 Needs build/reference/cuda/libprobe.so (``make futhark FUTHARK_BACKEND=cuda``; on the GPU machine
 from the carried generated C with ``FUTHARK=/bin/true``).
@@ -123,3 +127,97 @@ def test_as_device_array_of_a_torch_tensor_reads_what_its_cai_says() -> None:
             except Exception as e:  # noqa: BLE001 - compared: type and message
                 outcomes.append((type(e).__name__, str(e)))
         assert outcomes[0] == outcomes[1], (t.dtype, tuple(t.shape), t.stride(), outcomes)
+
+
+def _cuda_or_skip():
+    from cuda_gpu_support import require_cuda
+
+    require_cuda()
+    from pybridge import cuda
+
+    return cuda
+
+
+def _exchanges():
+    from pybridge.cuda import arrays
+
+    arrays._compiled_exchange = None
+    compiled = arrays._exchange()
+    assert compiled == (callpath.compiled.cuda_import_cai, callpath.compiled.cuda_dlpack)
+    return arrays, [("C", compiled), ("Python", (arrays._import_preferring_cai, arrays._dlpack_python))]
+
+
+def test_the_cuda_exchange_in_c_and_in_python_agree_on_real_arrays() -> None:
+    cuda = _cuda_or_skip()
+    arrays, exchanges = _exchanges()
+    producers = []
+    cp = pytest.importorskip("cupy", reason="CuPy is not installed")
+    x = np.arange(4097, dtype=np.float32)
+    c = cp.asarray(x)
+    producers += [c, c.reshape(17, 241), c[::2], c[:0], cp.asarray(x.astype(np.uint8)), c.astype(cp.float16)]
+    try:
+        import torch
+
+        t = torch.from_numpy(x).cuda()
+        producers += [t, t.reshape(17, 241), t.reshape(17, 241).t(), t[:0], t.to(torch.bool)]
+    except ImportError:
+        pass
+    try:
+        from numba import cuda as nb
+
+        producers += [nb.to_device(x), nb.to_device(x.reshape(17, 241))]
+    except Exception:  # noqa: BLE001 - numba-cuda may not work with this NumPy: the others still run
+        pass
+    try:
+        for p in producers:
+            seen = []
+            for name, exchange in exchanges:
+                arrays._compiled_exchange = exchange
+                try:
+                    d = cuda.as_device_array(p)
+                    i = d.info
+                    back = cp.from_dlpack(d)  # DeviceArray.__dlpack__ (twice: the second in C)
+                    back = cp.from_dlpack(d)
+                    seen.append(("ok", i, d.owner is p, d.stream, back.data.ptr == i.ptr,
+                                 cp.asnumpy(back).tobytes() if i.size else b""))
+                except Exception as e:  # noqa: BLE001 - compared: type and message
+                    seen.append((type(e).__name__, str(e)))
+            assert seen[0] == seen[1], (type(p), seen)
+    finally:
+        arrays._compiled_exchange = None
+
+
+@pytest.mark.parametrize("path", ["C", "Python"])
+def test_a_cupy_array_still_being_written_is_waited_for(path: str) -> None:
+    """CuPy writes y on a non-blocking stream behind a long queue of matmuls; as_device_array(y)
+    (no stream given: the legacy default stream, which does not wait for a non-blocking stream by
+    itself) must order it after y on the device; our kernel then reads the final y."""
+    cuda = _cuda_or_skip()
+    from cuda_gpu_support import Big, first_mismatch
+
+    from pybridge.demo import catalog
+
+    arrays, exchanges = _exchanges()
+    cp = pytest.importorskip("cupy", reason="CuPy is not installed")
+    n = 2**20
+    x0 = Big(n, 5).floats()
+    cs = cp.cuda.Stream(non_blocking=True)
+    try:
+        arrays._compiled_exchange = dict(exchanges)[path]
+        with cs:
+            xg = cp.asarray(x0)
+            cs.synchronize()
+            m = cp.ones((4096, 4096), dtype=cp.float32)
+            for _ in range(12):
+                m = m @ m * np.float32(1e-4)
+            y = xg * np.float32(2.0) + np.float32(1.0)
+            assert y.__cuda_array_interface__["stream"] == cs.ptr
+            yd = cuda.as_device_array(y)
+            assert cs.done is False, "the queue was done before the exchange: nothing was raced"
+        assert yd.stream is not None and yd.stream.cai_stream == 1
+        out = catalog.cuda_saxpy(1.0, yd, cuda.zeros(n))  # on the legacy default stream
+        got = out.get()
+    finally:
+        arrays._compiled_exchange = None
+    want = x0 * np.float32(2.0) + np.float32(1.0)
+    assert np.array_equal(got, want), f"{path}: the default stream did not wait for CuPy's: " + first_mismatch(got, want)
