@@ -7,7 +7,6 @@ process (``run_child``), so a regression fails the test instead of taking pytest
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import pickle
@@ -341,9 +340,10 @@ def _parse_or_refuse(raw: object, what: str) -> None:
 def _every_single_edit(raw: object):
     """Every copy of ``raw`` with one value replaced by each of a few wrong kinds, or its key
     dropped: exhaustive where a random walk rarely reaches a deep spot (a sum variant's payload)."""
+    text = json.dumps(raw)  # a fresh copy per edit by json.loads: ten times quicker than copy.deepcopy
     for path in json_paths(raw):
         for value in (None, True, 0, -1, 2**63, "", "x", "f64", [], [1], {}, {"name": "x"}, "<drop>"):
-            edited = copy.deepcopy(raw)
+            edited = json.loads(text)
             node = edited
             for k in path[:-1]:
                 node = node[k]

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping  # not typing's: its isinstance checks cost a third of a parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .types import PRIMITIVES, split_array_type
 from ..errors import PybridgeError
