@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-import pybridge.futhark as pf
 from pybridge.futhark import callpath, callplan
 from pybridge.futhark.types import PRIMITIVES
 from pybridge.paths import find_build_file
+from test_call_path_differential import load_both
 
 pytestmark = [
     pytest.mark.futhark,
@@ -38,11 +38,7 @@ def both() -> Any:
     so = find_build_file("reference/c/libtypes.so")
     if so is None:
         pytest.skip("reference/c/libtypes.so not built: run `make futhark` (needs the Futhark compiler)")
-    fast = pf.load(so)
-    with callpath.python_plans():
-        slow = pf.load(so)
-    assert isinstance(type(fast.entry_points["prims"]).__call__, callpath.compiled.Plan)
-    assert not isinstance(type(slow.entry_points["prims"]).__call__, callpath.compiled.Plan)
+    fast, slow = load_both(so, "c")  # every entry point's plan is of the path it claims
     yield fast, slow
     fast.close()
     slow.close()
