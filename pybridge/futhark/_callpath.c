@@ -2007,6 +2007,13 @@ static PyObject *configure(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static void set_type(PyTypeObject **slot, PyObject *type) { /* Py_XSETREF is typed from 3.12 */
+    PyObject *old = (PyObject *)*slot;
+    Py_INCREF(type);
+    *slot = (PyTypeObject *)type;
+    Py_XDECREF(old);
+}
+
 /* numpy_scalars(entries, true, false): which NumPy scalar types to read and make in place (see
  * np_code). entries: (code, type, sample, its value's bytes, made) per type, sample an instance made by
  * NumPy; `made`: results of `code` are made as this type. true, false: what indexing a bool array
@@ -2048,13 +2055,11 @@ static PyObject *numpy_scalars(PyObject *m, PyObject *args) {
             Py_DECREF(r);
             if (same < 0) goto fail;
             if (!same || code == C_BOOL) continue;
-            Py_INCREF(type);
-            Py_XSETREF(np_made[code], (PyTypeObject *)type);
+            set_type(&np_made[code], type);
             np_alloc[code] = alloc;
             if (PyList_Append(made, PyTuple_GetItem(PyTuple_GetItem(entries, i), 0)) < 0) goto fail;
         } else if (code == C_F32 || code == C_BOOL) {
-            Py_INCREF(type);
-            Py_XSETREF(*(code == C_F32 ? &np_read_f32 : &np_read_bool), (PyTypeObject *)type);
+            set_type(code == C_F32 ? &np_read_f32 : &np_read_bool, type);
             if (PyList_Append(read, PyTuple_GetItem(PyTuple_GetItem(entries, i), 0)) < 0) goto fail;
         } else if (code <= C_U64 && n_np_read < NP_READ_MAX) {
             Py_INCREF(type);
