@@ -156,3 +156,36 @@ def test_a_layout_that_does_not_match_is_refused(both: Any) -> None:
         assert fast.prims(*args)[-1] is np.False_
     finally:
         callplan.numpy_scalar_layouts()
+
+
+@pytest.fixture(scope="module")
+def sized(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """An entry point with a size parameter (i64, checked >= 0 by its converter), both plans."""
+    from pybridge.futhark.build import build_program, futhark_compiler
+
+    if futhark_compiler() is None:
+        pytest.skip("no Futhark compiler")
+    src = tmp_path_factory.mktemp("sized") / "sized.fut"
+    src.write_text("entry count (n: i64) (xs: [n]f32) : i64 = n + i64.f32 (f32.sum xs)\n")
+    fast, slow = load_both(build_program(src, backend="c"), "c")
+    assert fast.entry_points["count"]._sizes.size_params == {"n"}
+    xs_fast, xs_slow = (lib.types["[]f32"].new(np.ones(3, np.float32)) for lib in (fast, slow))
+    yield (fast, xs_fast), (slow, xs_slow)
+    fast.close()
+    slow.close()
+
+
+size_value = st.one_of(
+    st.sampled_from(_INT_DTYPES).flatmap(lambda d: st.sampled_from(limits(d) + [d.type(3)])),
+    st.integers(-(2**65), 2**65), st.sampled_from([3, 0, -1, 2**63 - 1, 2**63, -(2**63), True, 3.0, np.float32(3), None]),
+)
+
+
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(size_value)
+def test_a_size_parameter_is_checked_alike(sized: Any, n: Any) -> None:
+    """A size passes as it is when it is an integer >= 0 within i64, else its converter raises: the
+    same results and errors on both plans (a negative size would make Futhark's C exit)."""
+    (fast, xs_fast), (slow, xs_slow) = sized
+    a, b = outcome(lambda: (fast.count(n, xs_fast),)), outcome(lambda: (slow.count(n, xs_slow),))
+    assert a == b, f"count({n!r}): compiled {a} != Python {b}"

@@ -1272,6 +1272,18 @@ static PyObject *plan_call(PlanObject *p, PyObject *args, PyObject *kwargs) {
         if (in->code >= C_ARRAY) {
             if ((PyObject *)Py_TYPE(v) != in->htype || ((ValueObject *)v)->kind != in->kind) goto general;
             Py_INCREF(v);
+        } else if (in->fast == 2) {
+            /* a size (i64): an integer >= 0 as it is, which is what its converter returns it as;
+             * anything else through the converter (its value or its error) */
+            pybridge_slot size;
+            int r = PyLong_CheckExact(v) || np_int_code(v) >= 0 ? to_slot(C_I64, v, &size) : 1;
+            if (r < 0) PyErr_Clear();
+            if (r == 0 && size.i64 >= 0) {
+                Py_INCREF(v);
+            } else {
+                v = PyObject_CallFunctionObjArgs(in->conv, v, NULL);
+                if (v == NULL) goto done;
+            }
         } else if (!in->fast) {
             v = PyObject_CallFunctionObjArgs(in->conv, v, NULL);
             if (v == NULL) goto done;

@@ -127,8 +127,11 @@ def compiled_plan(ep: Any) -> Any:
         prim = PRIMITIVES.get(p.type)
         what = f"{ep.name}: parameter {p.name!r}"
         if prim is not None:
-            fast = p.name not in ep._sizes.size_params and prim.name in _PASS  # as the Python plan's `exact`
-            inputs.append((CODES[prim.name], int(fast), ep._convs[i], None, None, what, None, False))
+            # As the Python plan's `exact`; 2: a size, which passes as it is when it is an int or
+            # NumPy integer >= 0 within i64 (what its converter would return it as), else converted.
+            size = p.name in ep._sizes.size_params
+            fast = 2 if size and prim.name == "i64" else int(not size and prim.name in _PASS)
+            inputs.append((CODES[prim.name], fast, ep._convs[i], None, None, what, None, False))
             continue
         kind = lib.types[p.type]
         array = isinstance(kind, ArrayKind)
