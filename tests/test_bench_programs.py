@@ -108,6 +108,30 @@ def test_bare_runs_leave_nothing_behind(name: str, entry: str, monkeypatch) -> N
 
 
 @needs_futhark
+@pytest.mark.parametrize("name,entry,scalar_result", [("blackscholes", "price", True), ("kmeans", "main", True),
+                                                      ("nbody", "main", False)])
+def test_pybridge_runs_sync_once_per_call(name: str, entry: str, scalar_result: bool) -> None:
+    """pybridge's timed call makes the one sync the bare call makes: the entry point's own where it
+    returns a scalar (the C API syncs before one is read), else lib.sync() after it."""
+    import pybridge.futhark as pf
+
+    prog = programs.parse_program(PROGRAMS / f"{name}.fut")
+    ds = next(d for d in prog.datasets if d.entry == entry)
+    values = programs.read_values(programs.dataset_bytes(None, prog, ds, seed=3), ds.describe())
+    with pf.load(PROGRAMS / f"{name}.fut", backend="c") as lib:
+        calls = {"sync": 0}
+        real = lib.sync
+
+        def counted() -> None:
+            calls["sync"] += 1
+            real()
+
+        lib.sync = counted
+        programs.run_pybridge(lib, entry, values, 3)
+        assert calls["sync"] == (0 if scalar_result else 4), calls
+
+
+@needs_futhark
 def test_bare_run_passes_an_f16_scalar_as_the_c_call_takes_it(tmp_path) -> None:
     """Found by review: run_bare passed an f16 scalar as a float where the C parameter is its
     uint16_t bits (TypeError), which dropped the whole (program, dataset) pair."""

@@ -910,6 +910,32 @@ fail:
     return NULL;
 }
 
+/* NumPy scalars read and made in place: a NumPy scalar is its object header followed by its value
+ * (numpy/arrayscalars.h: PyArrayScalar_VAL), and a new one is its type's tp_alloc with the value
+ * written there (PyArrayScalar_New, PyArrayScalar_ASSIGN), as NumPy's own indexing makes it. The
+ * C API would need NumPy's headers, which use more than the stable ABI, so numpy_scalars() checks
+ * the layout on this NumPy at import (callplan.configure_compiled): a type that fails the check keeps
+ * the calls into NumPy (__index__, __float__, indexing the result buffer). */
+#define NP_VALUE(o) ((char *)(o) + sizeof(PyObject))
+#define NP_READ_MAX 16
+static struct {
+    PyTypeObject *type;
+    int code; /* the value's C type, as the Plan's codes */
+} np_read[NP_READ_MAX];  /* exact NumPy scalar types whose value is read in place */
+static int n_np_read;
+static PyTypeObject *np_read_f32, *np_read_bool; /* np.float32 and np.bool_ when read in place: tested first */
+static PyTypeObject *np_made[C_BOOL + 1]; /* per result code: the type made in place (NULL: index the buffer) */
+static allocfunc np_alloc[C_BOOL + 1];
+static PyObject *np_true, *np_false;      /* the bool results (NumPy's singletons) */
+
+/* The C type code of v's value when v is a NumPy integer read in place, else -1. */
+static int np_int_code(PyObject *v) {
+    PyTypeObject *t = Py_TYPE(v);
+    for (int i = 0; i < n_np_read; i++)
+        if (np_read[i].type == t) return np_read[i].code;
+    return -1;
+}
+
 static int in_tuple(PyObject *t, PyObject *type) {
     Py_ssize_t n = PyTuple_Size(t);
     for (Py_ssize_t i = 0; i < n; i++)
@@ -922,7 +948,7 @@ static int passes(int code, PyObject *v) {
     PyObject *t = (PyObject *)Py_TYPE(v);
     switch (code) {
     case C_I8: case C_I16: case C_I32: case C_I64: case C_U8: case C_U16: case C_U32: case C_U64:
-        return PyLong_CheckExact(v) || in_tuple(np_int_types, t);
+        return PyLong_CheckExact(v) || np_int_code(v) >= 0 || in_tuple(np_int_types, t);
     case C_F64:
         return PyFloat_CheckExact(v) || t == np_float64 || t == np_float32 || t == np_float16;
     case C_BOOL:
@@ -932,57 +958,115 @@ static int passes(int code, PyObject *v) {
     }
 }
 
+/* An integer into the slot of `code` (an integer code, or f16's bits): 0, or 1 when out of range.
+ * x: the value when ovf is 0; ovf > 0: above LLONG_MAX (u: the value, when has_u: it fits 64 bits
+ * unsigned), ovf < 0: below LLONG_MIN. */
+static int int_to_slot(int code, long long x, int ovf, int has_u, unsigned long long u, pybridge_slot *s) {
+    if (code == C_U64) {
+        if (ovf > 0) {
+            if (!has_u) return 1;
+            s->u64 = u;
+            return 0;
+        }
+        s->u64 = (uint64_t)x;
+        return ovf < 0 || x < 0;
+    }
+    int bad = ovf != 0;
+    switch (code) {
+    case C_I8: bad |= x < INT8_MIN || x > INT8_MAX; s->i8 = (int8_t)x; break;
+    case C_I16: bad |= x < INT16_MIN || x > INT16_MAX; s->i16 = (int16_t)x; break;
+    case C_I32: bad |= x < INT32_MIN || x > INT32_MAX; s->i32 = (int32_t)x; break;
+    case C_I64: s->i64 = (int64_t)x; break;
+    case C_U8: bad |= x < 0 || x > UINT8_MAX; s->u8 = (uint8_t)x; break;
+    case C_U16: case C_F16: bad |= x < 0 || x > UINT16_MAX; s->u16 = (uint16_t)x; break;
+    case C_U32: bad |= x < 0 || x > UINT32_MAX; s->u32 = (uint32_t)x; break;
+    }
+    return bad;
+}
+
+/* The value of a NumPy integer scalar read in place (np_code's `code`) into the slot of `code`. */
+static int np_int_to_slot(int code, int from, const char *p, pybridge_slot *s) {
+    long long x = 0;
+    switch (from) {
+    case C_I8: x = *(const int8_t *)p; break;
+    case C_I16: x = *(const int16_t *)p; break;
+    case C_I32: x = *(const int32_t *)p; break;
+    case C_I64: x = *(const int64_t *)p; break;
+    case C_U8: x = *(const uint8_t *)p; break;
+    case C_U16: x = *(const uint16_t *)p; break;
+    case C_U32: x = *(const uint32_t *)p; break;
+    case C_U64: {
+        uint64_t u = *(const uint64_t *)p;
+        if (u > (uint64_t)LLONG_MAX) return int_to_slot(code, 0, 1, 1, u, s);
+        x = (long long)u;
+        break;
+    }
+    }
+    return int_to_slot(code, x, 0, 0, 0, s);
+}
+
 /* v (an accepted type, or a converter's result) into a slot as cffi converts it: 0, 1 for an
- * integer out of range (cffi's OverflowError), -1 for another error. */
+ * integer out of range (cffi's OverflowError), -1 for another error. A NumPy scalar's value is read
+ * in place (np_code), giving what its __index__ / __float__ would. */
 static int to_slot(int code, PyObject *v, pybridge_slot *s) {
     if (code <= C_F16) {
+        int from = PyLong_CheckExact(v) ? -1 : np_int_code(v);
+        if (from >= 0) return np_int_to_slot(code, from, NP_VALUE(v), s);
         PyObject *n = PyNumber_Index(v);
         if (n == NULL) return -1;
-        int ovf = 0, bad = 0;
+        int ovf = 0, has_u = 0;
+        unsigned long long u = 0;
         long long x = PyLong_AsLongLongAndOverflow(n, &ovf);
         if (x == -1 && PyErr_Occurred()) {
             Py_DECREF(n);
             return -1;
         }
-        if (code == C_U64) {
-            if (ovf > 0) {
-                unsigned long long u = PyLong_AsUnsignedLongLong(n);
-                Py_DECREF(n);
-                if (u == (unsigned long long)-1 && PyErr_Occurred()) {
-                    PyErr_Clear();
-                    return 1;
-                }
-                s->u64 = u;
-                return 0;
-            }
-            bad = ovf < 0 || x < 0;
-            s->u64 = (uint64_t)x;
-        } else {
-            bad = ovf != 0;
-            switch (code) {
-            case C_I8: bad |= x < INT8_MIN || x > INT8_MAX; s->i8 = (int8_t)x; break;
-            case C_I16: bad |= x < INT16_MIN || x > INT16_MAX; s->i16 = (int16_t)x; break;
-            case C_I32: bad |= x < INT32_MIN || x > INT32_MAX; s->i32 = (int32_t)x; break;
-            case C_I64: s->i64 = (int64_t)x; break;
-            case C_U8: bad |= x < 0 || x > UINT8_MAX; s->u8 = (uint8_t)x; break;
-            case C_U16: case C_F16: bad |= x < 0 || x > UINT16_MAX; s->u16 = (uint16_t)x; break;
-            case C_U32: bad |= x < 0 || x > UINT32_MAX; s->u32 = (uint32_t)x; break;
-            }
+        if (code == C_U64 && ovf > 0) {
+            u = PyLong_AsUnsignedLongLong(n);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) PyErr_Clear();
+            else has_u = 1;
         }
         Py_DECREF(n);
-        return bad;
+        return int_to_slot(code, x, ovf, has_u, u, s);
     }
     if (code == C_F32 || code == C_F64) {
-        double d = PyFloat_AsDouble(v);
-        if (d == -1.0 && PyErr_Occurred()) return -1;
+        double d;
+        if (Py_TYPE(v) == np_read_f32) {
+            /* as float(v): widened (a signalling NaN made quiet, as by NumPy's __float__), then narrowed */
+            volatile double w = *(const float *)NP_VALUE(v);
+            d = w;
+        } else {
+            d = PyFloat_AsDouble(v);
+            if (d == -1.0 && PyErr_Occurred()) return -1;
+        }
         if (code == C_F32) s->f32 = (float)d;
         else s->f64 = d;
+        return 0;
+    }
+    if (Py_TYPE(v) == np_read_bool) { /* np.bool_ */
+        s->b = *(const uint8_t *)NP_VALUE(v) != 0;
         return 0;
     }
     int t = PyObject_IsTrue(v); /* bool and np.bool_ only reach here */
     if (t < 0) return -1;
     s->b = t;
     return 0;
+}
+
+/* A scalar result of `code` from its C value: the NumPy scalar that indexing its buffer gives. */
+static PyObject *scalar_result(OutSpec *o, const pybridge_slot *value) {
+    if (o->code == C_BOOL && np_true != NULL) {
+        PyObject *r = *(const uint8_t *)value ? np_true : np_false;
+        Py_INCREF(r);
+        return r;
+    }
+    if (np_made[o->code] != NULL) {
+        PyObject *r = np_alloc[o->code](np_made[o->code], 0);
+        if (r != NULL) memcpy(NP_VALUE(r), value, slot_size[o->code]);
+        return r;
+    }
+    memcpy(o->buf_data, value, slot_size[o->code]);
+    return PySequence_GetItem(o->buf, 0);
 }
 
 /* context._State.free_orphan: free the value registered under `key`, whose handle is gone (a
@@ -1188,6 +1272,18 @@ static PyObject *plan_call(PlanObject *p, PyObject *args, PyObject *kwargs) {
         if (in->code >= C_ARRAY) {
             if ((PyObject *)Py_TYPE(v) != in->htype || ((ValueObject *)v)->kind != in->kind) goto general;
             Py_INCREF(v);
+        } else if (in->fast == 2) {
+            /* a size (i64): an integer >= 0 as it is, which is what its converter returns it as;
+             * anything else through the converter (its value or its error) */
+            pybridge_slot size;
+            int r = PyLong_CheckExact(v) || np_int_code(v) >= 0 ? to_slot(C_I64, v, &size) : 1;
+            if (r < 0) PyErr_Clear();
+            if (r == 0 && size.i64 >= 0) {
+                Py_INCREF(v);
+            } else {
+                v = PyObject_CallFunctionObjArgs(in->conv, v, NULL);
+                if (v == NULL) goto done;
+            }
         } else if (!in->fast) {
             v = PyObject_CallFunctionObjArgs(in->conv, v, NULL);
             if (v == NULL) goto done;
@@ -1317,8 +1413,7 @@ static PyObject *plan_call(PlanObject *p, PyObject *args, PyObject *kwargs) {
     for (k = 0; k < p->n_out; k++) {
         OutSpec *o = &p->outs[k];
         if (o->code >= C_ARRAY) continue;
-        memcpy(o->buf_data, &out_slots[k], slot_size[o->code]);
-        res[k] = PySequence_GetItem(o->buf, 0);
+        res[k] = scalar_result(o, &out_slots[k]);
         if (res[k] == NULL) goto done;
     }
     if (p->n_out == 1) {
@@ -2490,8 +2585,92 @@ static PyObject *configure(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static void set_type(PyTypeObject **slot, PyObject *type) { /* Py_XSETREF is typed from 3.12 */
+    PyObject *old = (PyObject *)*slot;
+    Py_INCREF(type);
+    *slot = (PyTypeObject *)type;
+    Py_XDECREF(old);
+}
+
+/* numpy_scalars(entries, true, false): which NumPy scalar types to read and make in place (see
+ * np_code). entries: (code, type, sample, its value's bytes, made) per type, sample an instance made by
+ * NumPy; `made`: results of `code` are made as this type. true, false: what indexing a bool array
+ * gives (NumPy's singletons), or None. A type is taken only where its value sits where the layout
+ * says and a scalar made in place equals the sample. Returns (codes read, codes made). */
+static PyObject *numpy_scalars(PyObject *m, PyObject *args) {
+    PyObject *entries, *t, *f;
+    if (!PyArg_ParseTuple(args, "O!OO:numpy_scalars", &PyTuple_Type, &entries, &t, &f)) return NULL;
+    for (int c = 0; c <= C_BOOL; c++) Py_CLEAR(np_made[c]);
+    for (int i = 0; i < n_np_read; i++) Py_CLEAR(np_read[i].type);
+    n_np_read = 0;
+    Py_CLEAR(np_read_f32);
+    Py_CLEAR(np_read_bool);
+    Py_CLEAR(np_true);
+    Py_CLEAR(np_false);
+    PyObject *read = PyList_New(0), *made = PyList_New(0);
+    if (read == NULL || made == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(entries); i++) {
+        int code, make;
+        PyObject *type, *sample;
+        const char *raw;
+        Py_ssize_t n;
+        if (!PyArg_ParseTuple(PyTuple_GetItem(entries, i), "iO!Oy#p:numpy_scalars entry", &code, &PyType_Type, &type,
+                              &sample, &raw, &n, &make))
+            goto fail;
+        if (code < 0 || code > C_BOOL || n != slot_size[code] || (PyObject *)Py_TYPE(sample) != type) continue;
+        PyObject *basic = PyObject_GetAttrString(type, "__basicsize__");
+        if (basic == NULL) goto fail;
+        Py_ssize_t size = PyLong_AsSsize_t(basic);
+        Py_DECREF(basic);
+        if (size == -1 && PyErr_Occurred()) goto fail;
+        if (size < (Py_ssize_t)sizeof(PyObject) + n || memcmp(NP_VALUE(sample), raw, n) != 0) continue;
+        if (make) {
+            allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)type, Py_tp_alloc);
+            PyObject *r = alloc == NULL ? NULL : alloc((PyTypeObject *)type, 0);
+            if (r == NULL) goto fail;
+            memcpy(NP_VALUE(r), raw, n);
+            int same = Py_TYPE(r) == (PyTypeObject *)type ? PyObject_RichCompareBool(r, sample, Py_EQ) : 0;
+            Py_DECREF(r);
+            if (same < 0) goto fail;
+            if (!same || code == C_BOOL) continue;
+            set_type(&np_made[code], type);
+            np_alloc[code] = alloc;
+            if (PyList_Append(made, PyTuple_GetItem(PyTuple_GetItem(entries, i), 0)) < 0) goto fail;
+        } else if (code == C_F32 || code == C_BOOL) {
+            set_type(code == C_F32 ? &np_read_f32 : &np_read_bool, type);
+            if (PyList_Append(read, PyTuple_GetItem(PyTuple_GetItem(entries, i), 0)) < 0) goto fail;
+        } else if (code <= C_U64 && n_np_read < NP_READ_MAX) {
+            Py_INCREF(type);
+            np_read[n_np_read].type = (PyTypeObject *)type;
+            np_read[n_np_read++].code = code;
+            if (PyList_Append(read, PyTuple_GetItem(PyTuple_GetItem(entries, i), 0)) < 0) goto fail;
+        }
+    }
+    if (t != Py_None && f != Py_None) {
+        Py_INCREF(t);
+        np_true = t;
+        Py_INCREF(f);
+        np_false = f;
+        PyObject *c = PyLong_FromLong(C_BOOL);
+        if (c == NULL || PyList_Append(made, c) < 0) {
+            Py_XDECREF(c);
+            goto fail;
+        }
+        Py_DECREF(c);
+    }
+    PyObject *r = Py_BuildValue("(NN)", PyList_AsTuple(read), PyList_AsTuple(made));
+    Py_DECREF(read);
+    Py_DECREF(made);
+    return r;
+fail:
+    Py_XDECREF(read);
+    Py_XDECREF(made);
+    return NULL;
+}
+
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS, "Set the Python objects the compiled path uses (callpath.py, once)."},
+    {"numpy_scalars", numpy_scalars, METH_VARARGS, "Which NumPy scalar types the plans read and make in place (checked)."},
     {"dlpack_capsule", dlpack_capsule, METH_VARARGS, "A DLPack capsule over a C-ordered array, owning a reference to owner."},
     {"dlpack_exports_alive", dlpack_exports_alive, METH_NOARGS, "Capsules made here not yet released by their consumer."},
     {"configure_dlpack", configure_dlpack, METH_VARARGS, "Give ArrayBase.__dlpack__ interop's export cache and futhark_dlpack."},

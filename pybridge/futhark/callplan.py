@@ -79,10 +79,35 @@ def configure_compiled(**replace: Any) -> None:
     compiled.configure(*{**parts, **replace}.values())
 
 
+def numpy_scalar_layouts() -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Tell the compiled path which NumPy scalars it may read and make in place (_callpath.c,
+    numpy_scalars: it checks each against a sample made by NumPy). Returns the type codes it took
+    for arguments read and for results made."""
+    entries = []
+
+    def sample(dtype: np.dtype) -> tuple[Any, bytes]:
+        a = np.frombuffer(bytes(range(0x41, 0x41 + dtype.itemsize)), dtype)  # no NaN in any float type
+        return a[0], a.tobytes()
+
+    for name, code in CODES.items():  # results: the type indexing the result's buffer gives
+        prim = PRIMITIVES.get(name)
+        if prim is not None and name != "bool":
+            entries.append((code, prim.dtype.type, *sample(prim.dtype), True))
+    for t in sorted(_NP_INTS, key=lambda t: t.__name__):  # arguments: NumPy integers, np.float32, np.bool_
+        d = np.dtype(t)
+        entries.append((CODES[f"{'i' if d.kind == 'i' else 'u'}{8 * d.itemsize}"], t, *sample(d), False))
+    entries.append((CODES["f32"], np.float32, *sample(np.dtype(np.float32)), False))
+    flags = np.array([True, False])
+    entries.append((CODES["bool"], np.bool_, flags[0], b"\x01", False))
+    singletons = flags[0] is np.array([True])[0] and flags[1] is np.array([False])[0]
+    return compiled.numpy_scalars(tuple(entries), *((flags[0], flags[1]) if singletons else (None, None)))
+
+
 if compiled is not None:
     # _callpath.c's pass sets are _PASS's (its f32 rule is the plan's, spelled out there).
     assert _PASS["f64"] == {float, np.float64, np.float32, np.float16} and _PASS["bool"] == {bool, np.bool_}
     configure_compiled()
+    numpy_scalar_layouts()
 
 
 def compiled_plan(ep: Any) -> Any:
@@ -102,8 +127,11 @@ def compiled_plan(ep: Any) -> Any:
         prim = PRIMITIVES.get(p.type)
         what = f"{ep.name}: parameter {p.name!r}"
         if prim is not None:
-            fast = p.name not in ep._sizes.size_params and prim.name in _PASS  # as the Python plan's `exact`
-            inputs.append((CODES[prim.name], int(fast), ep._convs[i], None, None, what, None, False))
+            # As the Python plan's `exact`; 2: a size, which passes as it is when it is an int or
+            # NumPy integer >= 0 within i64 (what its converter would return it as), else converted.
+            size = p.name in ep._sizes.size_params
+            fast = 2 if size and prim.name == "i64" else int(not size and prim.name in _PASS)
+            inputs.append((CODES[prim.name], fast, ep._convs[i], None, None, what, None, False))
             continue
         kind = lib.types[p.type]
         array = isinstance(kind, ArrayKind)
