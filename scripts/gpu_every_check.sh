@@ -37,7 +37,9 @@ limit=$(( ${TOTAL:-560} - SECONDS - 10 )); [ "$limit" -gt 60 ] || limit=60
 echo "== four jobs, each limited to ${limit}s (at ${SECONDS}s)"
 (CUDA_VISIBLE_DEVICES=0 OUT="$LOGS/callpath" BUDGET=$((limit - 10)) \
    GPU_TEST_FILES="tests/gpu/test_callpath_exchange.py tests/gpu/test_exchange_order.py" \
-   bash scripts/gpu_callpath.sh > "$LOGS/job-callpath.txt" 2>&1) &
+   bash scripts/gpu_callpath.sh > "$LOGS/job-callpath.txt" 2>&1
+ echo "== scripts/gpu_first_library.py (the overhead bench's default-mode row, load and measuring order)" >> "$LOGS/job-callpath.txt"
+ CUDA_VISIBLE_DEVICES=0 timeout 60 python3 scripts/gpu_first_library.py >> "$LOGS/job-callpath.txt" 2>&1) &
 (mkdir -p "$LOGS/lifecycle" && CUDA_VISIBLE_DEVICES=1 OUT="$LOGS/lifecycle" JOBS=${LIFECYCLE_JOBS:-12} LIMIT=$((limit - 10)) BATCH_TIMEOUT=$((limit - 40)) \
    bash scripts/gpu_lifecycle.sh > "$LOGS/job-lifecycle.txt" 2>&1) &
 (mkdir -p "$LOGS/tests-a" && CUDA_VISIBLE_DEVICES=2 OUT="$LOGS/tests-a" SKIP_DEMO=1 GPU_TEST_TIMEOUT=200 \
