@@ -24,9 +24,11 @@ n=$(nvidia-smi -L | wc -l)
 echo "== build once (at ${SECONDS}s)"
 make cuda -j16 > "$LOGS/make-cuda.log" 2>&1 || grep -E "error" "$LOGS/make-cuda.log" | head
 make futhark FUTHARK_BACKEND=cuda FUTHARK=/bin/true -j16 > "$LOGS/make-futhark.log" 2>&1 || grep -E "rror" "$LOGS/make-futhark.log" | head
-# the c libraries too: docs pages load a program on c beside cuda (the carried compiler builds them)
-[ -n "${FUTHARK:-}" ] && { make futhark FUTHARK_BACKEND=c FUTHARK="$FUTHARK" -j16 > "$LOGS/make-futhark-c.log" 2>&1 || grep -E "rror" "$LOGS/make-futhark-c.log" | head; }
-echo "futhark c libraries: $(ls build/futhark/c/*.so 2>/dev/null | wc -l)"
+# the c and multicore libraries too: docs pages load a program on them beside cuda (the carried compiler builds them)
+for b in c multicore; do
+  [ -n "${FUTHARK:-}" ] && { make futhark FUTHARK_BACKEND=$b FUTHARK="$FUTHARK" -j16 > "$LOGS/make-futhark-$b.log" 2>&1 || grep -E "rror" "$LOGS/make-futhark-$b.log" | head; }
+  echo "futhark $b libraries: $(ls build/futhark/$b/*.so 2>/dev/null | wc -l)"
+done
 echo "futhark cuda libraries: $(ls build/futhark/cuda/*.so build/reference/cuda/*.so 2>/dev/null | wc -l)"
 python3 setup.py -q build_ext --inplace > "$LOGS/build_ext.log" 2>&1 || { echo "build_ext failed:"; tail -5 "$LOGS/build_ext.log"; }
 python3 -m pip install -q --no-build-isolation --no-deps . > "$LOGS/pip.log" 2>&1 || tail -3 "$LOGS/pip.log"

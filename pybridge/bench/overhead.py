@@ -23,7 +23,7 @@ import numpy as np
 from ..cliargs import backend
 from .cdriver import DriverUnavailable, run_driver
 from .common import cuda_sync, gpu_status, optional, positive_int, probe_library, pycuda_status, row, skipped
-from .timing import Progress, measure
+from .timing import Progress, measure, measure_interleaved
 
 HELP = "per-call host overhead: Futhark entry points and CUDA launches vs bare cffi, futhark-ffi, CuPy, C loops"
 
@@ -78,15 +78,20 @@ def futhark_rows(backend: str, calls: int, repeat: int, quick: bool) -> list[dic
     rows: list[dict[str, Any]] = []
     lib = pf.load(so)
     mode = getattr(lib, "mode", None) or "?"
-    rows.append(row(b, FUT_DEFAULT, None, measure(lambda: lib.trivial(1), calls=calls, repeat=repeat),
-                    note=f"lib.trivial(1), mode {mode}"))
+    # Every scalar-call row is measured interleaved with the others (pybridge and the bare call in
+    # turn): measured one after the other, a drift of the machine between rows read as pybridge's cost.
+    fns: dict[str, tuple[Any, Any]] = {FUT_DEFAULT: (lambda: lib.trivial(1), None)}
+    notes = {FUT_DEFAULT: f"lib.trivial(1), mode {mode}"}
+    failed: dict[str, str] = {}
+    others = []
     for m in ("abi", "api"):
         try:
             other = pf.load(so, mode=m)
         except Exception as e:  # noqa: BLE001 - api mode needs a compiler and the header
-            rows.append(skipped(b, f"pybridge ({m} mode)", f"{type(e).__name__}: {str(e)[:100]}"))
+            failed[f"pybridge ({m} mode)"] = f"{type(e).__name__}: {str(e)[:100]}"
             continue
-        rows.append(row(b, f"pybridge ({m} mode)", None, measure(lambda o=other: o.trivial(1), calls=calls, repeat=repeat)))
+        others.append(other)
+        fns[f"pybridge ({m} mode)"] = (lambda o=other: o.trivial(1), None)
         raw_fn, ctx, out = other.lib.futhark_entry_trivial, other.context.ptr, other.ffi.new("int32_t *")
         sync_fn = other.lib.futhark_context_sync
 
@@ -94,8 +99,15 @@ def futhark_rows(backend: str, calls: int, repeat: int, quick: bool) -> list[dic
             raw_fn(ctx, out, 1)
             sync_fn(ctx)
 
-        rows.append(row(b, FUT_CFFI_ABI if m == "abi" else FUT_CFFI_API, None,
-                        measure(bare, calls=calls, repeat=repeat), note="entry + futhark_context_sync"))
+        bare_name = FUT_CFFI_ABI if m == "abi" else FUT_CFFI_API
+        fns[bare_name] = (bare, None)
+        notes[bare_name] = "entry + futhark_context_sync"
+    timed = measure_interleaved(fns, calls=calls, repeat=repeat)
+    for name in (FUT_DEFAULT, "pybridge (abi mode)", FUT_CFFI_ABI, "pybridge (api mode)", FUT_CFFI_API):
+        if name in timed:
+            rows.append(row(b, name, None, timed[name], **({"note": notes[name]} if name in notes else {})))
+        elif name in failed:
+            rows.append(skipped(b, name, failed[name]))
     rows.append(_futhark_ffi_row(b, so, calls, repeat))
     try:
         got = run_driver("futhark-scalar", so, calls)["ns_per_call"]
@@ -108,8 +120,6 @@ def futhark_rows(backend: str, calls: int, repeat: int, quick: bool) -> list[dic
     a = f"futhark-array-call ({backend})"
     x = np.random.default_rng(0).random(n, dtype=np.float32)
     hx, hy = lib.types["[]f32"].new(x), lib.types["[]f32"].new(x)
-    rows.append(row(a, "pybridge lib.saxpy(a, hx, hy).free()", n,
-                    measure(lambda: lib.saxpy(2.0, hx, hy).free(), lib.sync, calls=calls // 5, repeat=repeat)))
     entry, free = lib.lib.futhark_entry_saxpy, lib.lib.futhark_free_f32_1d
     ctx, outp, px, py = lib.context.ptr, lib.ffi.new("struct futhark_f32_1d **"), hx.ptr, hy.ptr
 
@@ -117,7 +127,9 @@ def futhark_rows(backend: str, calls: int, repeat: int, quick: bool) -> list[dic
         entry(ctx, outp, 2.0, px, py)
         free(ctx, outp[0])
 
-    rows.append(row(a, "bare cffi entry + free", n, measure(bare_saxpy, lib.sync, calls=calls // 5, repeat=repeat)))
+    timed = measure_interleaved({"pybridge lib.saxpy(a, hx, hy).free()": (lambda: lib.saxpy(2.0, hx, hy).free(), lib.sync),
+                                 "bare cffi entry + free": (bare_saxpy, lib.sync)}, calls=calls // 5, repeat=repeat)
+    rows += [row(a, name, n, t) for name, t in timed.items()]
 
     # chain30 with a sync per call: pybridge vs the same library from C.
     c = f"futhark-chain30 ({backend})"

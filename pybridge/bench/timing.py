@@ -135,6 +135,26 @@ def measure(fn: Callable[[], Any], sync: Callable[[], Any] | None = None, *, cal
     return summarize(_batch_samples(fn, sync, calls, repeat, calls // 10 + 3 if warmup is None else warmup))
 
 
+def measure_interleaved(fns: dict[str, tuple[Callable[[], Any], Callable[[], Any] | None]], *, calls: int = 1000,
+                        repeat: int = 7, warmup: int | None = None) -> dict[str, dict[str, float]]:
+    """:func:`measure` of several ``(fn, sync)`` at once, their batches taken in turn (round ``r``
+    starts at the ``r``-th one): rows compared with each other (pybridge against the bare call) see
+    the same machine, where measuring one after the other lets a drift in clocks or load between
+    them pass for a difference. Warm-up as :func:`measure`, for each before any is timed."""
+    if calls < 1 or repeat < 1:
+        raise ValueError(f"calls and repeat must be at least 1, got calls={calls}, repeat={repeat}")
+    names = list(fns)
+    for fn, sync in fns.values():
+        _batch_samples(fn, sync, calls, 1, calls // 10 + 3 if warmup is None else warmup)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeat):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            fn, sync = fns[name]
+            samples[name] += _batch_samples(fn, sync, calls, 1, 0)
+    return {name: summarize(samples[name]) for name in names}
+
+
 class Progress:
     """A one-line progress bar on stderr (long runs): ``with Progress(n, "overhead") as p: p.step()``.
 

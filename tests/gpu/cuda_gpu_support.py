@@ -85,3 +85,30 @@ def first_mismatch(got: np.ndarray, want: np.ndarray) -> str:
     idx = tuple(bad[0])
     return (f"{len(bad)} of {got.size} elements differ; first at index {idx}: got {got[idx]!r}, "
             f"expected {want[idx]!r}")
+
+
+SLEEP_CYCLES = 100_000_000  # ~50 ms of a spinning kernel at ~2 GHz
+
+
+def spin(cp: Any, stream: Any, cycles: int = SLEEP_CYCLES) -> None:
+    """A one-thread kernel spinning ``cycles`` clock cycles on ``stream`` (loaded beforehand)."""
+    spin = cp.RawKernel(r"""extern "C" __global__ void spin(long long cycles) {
+        long long t0 = clock64(); while (clock64() - t0 < cycles) { } }""", "spin")
+    spin((1,), (1,), (np.int64(1),))  # module load (it may synchronise) before anything is queued
+    cp.cuda.runtime.deviceSynchronize()
+    with stream:
+        spin((1,), (1,), (np.int64(cycles),))
+
+
+def slow_cupy(cp: Any, stream: Any, x0: np.ndarray) -> Any:
+    """y = 2 x + 1 on ``stream``, queued behind a kernel that spins for tens of milliseconds."""
+    spin = cp.RawKernel(r"""extern "C" __global__ void spin(long long cycles) {
+        long long t0 = clock64(); while (clock64() - t0 < cycles) { } }""", "spin")
+    with stream:
+        xg = cp.asarray(x0)
+        spin((1,), (1,), (np.int64(1),))
+        xg * np.float32(2.0) + np.float32(1.0)
+        # the host copy and the kernels' first use (loading a module can synchronise the device) first
+        stream.synchronize()
+        spin((1,), (1,), (np.int64(SLEEP_CYCLES),))
+        return xg * np.float32(2.0) + np.float32(1.0)

@@ -189,11 +189,11 @@ def test_the_cuda_exchange_in_c_and_in_python_agree_on_real_arrays() -> None:
 
 @pytest.mark.parametrize("path", ["C", "Python"])
 def test_a_cupy_array_still_being_written_is_waited_for(path: str) -> None:
-    """CuPy writes y on a non-blocking stream behind a long queue of matmuls; as_device_array(y)
+    """CuPy writes y on a non-blocking stream behind a spinning kernel; as_device_array(y)
     (no stream given: the legacy default stream, which does not wait for a non-blocking stream by
     itself) must order it after y on the device; our kernel then reads the final y."""
     cuda = _cuda_or_skip()
-    from cuda_gpu_support import Big, first_mismatch
+    from cuda_gpu_support import Big, first_mismatch, slow_cupy
 
     from pybridge.demo import catalog
 
@@ -204,13 +204,13 @@ def test_a_cupy_array_still_being_written_is_waited_for(path: str) -> None:
     cs = cp.cuda.Stream(non_blocking=True)
     try:
         arrays._compiled_exchange = dict(exchanges)[path]
+        # pybridge's context and saxpy's module made before the race (a module load can
+        # synchronise the device, which would order y by itself)
+        catalog.cuda_saxpy(1.0, cuda.zeros(n), cuda.zeros(n)).get()
+        # y behind a kernel spinning tens of milliseconds, its modules loaded first (a queue of
+        # matmuls finished before the exchange on the H100: nothing was raced)
+        y = slow_cupy(cp, cs, x0)
         with cs:
-            xg = cp.asarray(x0)
-            cs.synchronize()
-            m = cp.ones((4096, 4096), dtype=cp.float32)
-            for _ in range(12):
-                m = m @ m * np.float32(1e-4)
-            y = xg * np.float32(2.0) + np.float32(1.0)
             assert y.__cuda_array_interface__["stream"] == cs.ptr
             yd = cuda.as_device_array(y)
             assert cs.done is False, "the queue was done before the exchange: nothing was raced"

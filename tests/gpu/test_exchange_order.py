@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import pybridge.futhark as pf
+from cuda_gpu_support import SLEEP_CYCLES, slow_cupy, spin
 from pybridge.futhark.gpustream import futhark_stream
 
 pytestmark = pytest.mark.gpu
@@ -149,33 +150,6 @@ def test_a_consumer_reads_a_result_still_being_computed(probe: pf.Library, consu
 # ------------------------------------------------------------------ producer -> Futhark
 
 
-SLEEP_CYCLES = 100_000_000  # ~50 ms of a spinning kernel at ~2 GHz
-
-
-def _spin(cp: Any, stream: Any, cycles: int = SLEEP_CYCLES) -> None:
-    """A one-thread kernel spinning ``cycles`` clock cycles on ``stream`` (loaded beforehand)."""
-    spin = cp.RawKernel(r"""extern "C" __global__ void spin(long long cycles) {
-        long long t0 = clock64(); while (clock64() - t0 < cycles) { } }""", "spin")
-    spin((1,), (1,), (np.int64(1),))  # module load (it may synchronise) before anything is queued
-    cp.cuda.runtime.deviceSynchronize()
-    with stream:
-        spin((1,), (1,), (np.int64(cycles),))
-
-
-def _slow_cupy(cp: Any, stream: Any, x0: np.ndarray) -> Any:
-    """y = 2 x + 1 on ``stream``, queued behind a kernel that spins for tens of milliseconds."""
-    spin = cp.RawKernel(r"""extern "C" __global__ void spin(long long cycles) {
-        long long t0 = clock64(); while (clock64() - t0 < cycles) { } }""", "spin")
-    with stream:
-        xg = cp.asarray(x0)
-        spin((1,), (1,), (np.int64(1),))
-        xg * np.float32(2.0) + np.float32(1.0)
-        # the host copy and the kernels' first use (loading a module can synchronise the device) first
-        stream.synchronize()
-        spin((1,), (1,), (np.int64(SLEEP_CYCLES),))
-        return xg * np.float32(2.0) + np.float32(1.0)
-
-
 @pytest.mark.parametrize("producer", ["cupy", "torch side stream", "torch default stream", "pybridge.cuda"])
 def test_futhark_reads_a_producer_still_computing(probe: pf.Library, producer: str) -> None:
     """The producer's stream is current when from_cuda reads its CAI (CuPy and PyTorch name the
@@ -188,7 +162,7 @@ def test_futhark_reads_a_producer_still_computing(probe: pf.Library, producer: s
     if producer == "cupy":
         cp = _cupy()
         s = cp.cuda.Stream(non_blocking=True)
-        y = _slow_cupy(cp, s, x0)
+        y = slow_cupy(cp, s, x0)
         with s:
             assert not s.done, "the producer finished before the exchange: make it slower"
             hy = kind.from_cuda(y)
@@ -215,7 +189,7 @@ def test_futhark_reads_a_producer_still_computing(probe: pf.Library, producer: s
         xd, ones = cuda.to_device(x0), cuda.to_device(np.ones(N, np.float32))
         catalog.cuda_saxpy(2.0, xd, ones, stream=s)  # the kernel's first use (its module load) first
         s.synchronize()
-        _spin(cp, cp.cuda.ExternalStream(s.handle))  # tens of ms queued on s
+        spin(cp, cp.cuda.ExternalStream(s.handle))  # tens of ms queued on s
         y = catalog.cuda_saxpy(2.0, xd, ones, stream=s)
         assert not s.query(), "the producer finished before the exchange: make it slower"
         hy = kind.from_cuda(y)
