@@ -155,6 +155,26 @@ def gpu_available() -> tuple[bool, str]:
 GPU_OK, GPU_WHY = gpu_available()
 
 
+def _utf8_text(text: str) -> str:
+    """``text`` with any lone surrogate written out (\\udcff): what UTF-8 can carry."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
+    """A report whose captured output or failure text holds a lone surrogate (a file name that is
+    not UTF-8, surrogate-escaped: tests/test_file_names.py makes one) is written with the surrogate
+    escaped: pytest-xdist's workers send reports as UTF-8, and one such report ended the whole run
+    with an INTERNALERROR (execnet's "strings must be utf-8 encodable") instead of reporting it."""
+    outcome = yield
+    report = outcome.get_result()
+    report.sections = [(title, _utf8_text(content)) for title, content in report.sections]
+    if report.longrepr is not None:
+        text = str(report.longrepr)
+        if _utf8_text(text) != text:
+            report.longrepr = _utf8_text(text)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What collection made (the test modules, their imports, the items: most of the heap) is moved
     out of the GC's reach (gc.freeze) once its garbage is collected: a full collection then scans
