@@ -83,14 +83,12 @@ def futhark_rows(backend: str, calls: int, repeat: int, quick: bool) -> list[dic
     fns: dict[str, tuple[Any, Any]] = {FUT_DEFAULT: (lambda: lib.trivial(1), None)}
     notes = {FUT_DEFAULT: f"lib.trivial(1), mode {mode}"}
     failed: dict[str, str] = {}
-    others = []
     for m in ("abi", "api"):
         try:
             other = pf.load(so, mode=m)
         except Exception as e:  # noqa: BLE001 - api mode needs a compiler and the header
             failed[f"pybridge ({m} mode)"] = f"{type(e).__name__}: {str(e)[:100]}"
             continue
-        others.append(other)
         fns[f"pybridge ({m} mode)"] = (lambda o=other: o.trivial(1), None)
         raw_fn, ctx, out = other.lib.futhark_entry_trivial, other.context.ptr, other.ffi.new("int32_t *")
         sync_fn = other.lib.futhark_context_sync
