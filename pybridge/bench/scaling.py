@@ -616,6 +616,11 @@ class _Cluster:
             self.client = Client(self.cluster)
         self.s.client = self.client
         self.client.wait_for_workers(max(self.s.counts), timeout=180)
+        if os.environ.get("PYBRIDGE_DASK_LOW_LATENCY"):  # EXPERIMENT
+            from ..dask.cluster import low_latency
+
+            low_latency(self.client, float(os.environ["PYBRIDGE_DASK_LOW_LATENCY"]))
+            show(f"scaling: Dask's batching intervals set to {os.environ['PYBRIDGE_DASK_LOW_LATENCY']} s")
         if self.given is None:
             preload = [e for name, e in self.s.entries.items() if name != "matmul" or "B3" in self.wanted]
             try:
