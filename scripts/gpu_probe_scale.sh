@@ -14,16 +14,15 @@ echo "GPUs: $NGPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 } > "$REAL_OUT/setup.log" 2>&1
 export PYTHONPATH=$PWD:/tmp/gpu-site${PYTHONPATH:+:$PYTHONPATH}
 python3 -c 'from pybridge.futhark import callpath; print("call path:", callpath.DESCRIPTION)'
-echo "== probe, compiled (at ${SECONDS}s)"
-CUDA_VISIBLE_DEVICES=0 timeout 120 python3 scripts/gpu_probe_dask.py build/futhark/cuda/libsaxpy.so 2>&1 | tee "$REAL_OUT/probe-compiled.txt" | grep -v "^ \+[0-9]" | head -30
-grep -A32 "Ordered by" "$REAL_OUT/probe-compiled.txt" | head -34
-echo "== probe, Python path, task_costs only (at ${SECONDS}s)"
-PYBRIDGE_CALL_PATH=python CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -c "
+echo "== tests (at ${SECONDS}s)"
+timeout 150 python3 -m pytest -q -rfEs -p no:cacheprovider tests/gpu/test_dask_blocks_gpu.py tests/gpu/test_dask_gpu.py 2>&1 | tail -4
+echo "== task costs (at ${SECONDS}s)"
+CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -c "
 import numpy as np, pybridge.dask as pbd
 from pybridge.bench import scaling_tasks as t
 e = pbd.entry('build/futhark/cuda/libsaxpy.so', 'saxpy', backend='cuda', unified_memory=0)
-print('python path task_costs:', {k: round(v, 2) for k, v in t.task_costs(e, np.float32(2), 1024, True).items()})" 2>&1 | tail -2
-for LL in "" 0; do
+print('task_costs:', {k: round(v, 2) for k, v in t.task_costs(e, np.float32(2), 1024, True).items()})" 2>&1 | tail -2
+for LL in "" client; do
   echo "== bench B1,B0 over $NGPU GPUs, PYBRIDGE_DASK_LOW_LATENCY='$LL' (at ${SECONDS}s)"
   PYBRIDGE_DASK_LOW_LATENCY=$LL timeout 175 python3 -m pybridge bench scaling --gpus "$NGPU" --rows B1,B0 --repeat 11 \
     --tasks 4,16,64,256 --rows-out "$REAL_OUT/rows-ll$LL.jsonl" --budget 130 > "$REAL_OUT/bench-ll$LL.out" 2> "$REAL_OUT/bench-ll$LL.err"

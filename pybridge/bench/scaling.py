@@ -619,7 +619,8 @@ class _Cluster:
         if os.environ.get("PYBRIDGE_DASK_LOW_LATENCY"):  # EXPERIMENT
             from ..dask.cluster import low_latency
 
-            low_latency(self.client, float(os.environ["PYBRIDGE_DASK_LOW_LATENCY"]))
+            v = os.environ["PYBRIDGE_DASK_LOW_LATENCY"]
+            low_latency(self.client, 0.0 if v == "client" else float(v), only_client=v == "client")
             show(f"scaling: Dask's batching intervals set to {os.environ['PYBRIDGE_DASK_LOW_LATENCY']} s")
         if self.given is None:
             preload = [e for name, e in self.s.entries.items() if name != "matmul" or "B3" in self.wanted]

@@ -28,7 +28,7 @@ from ..futhark.types import PRIMITIVES
 from ..ordering import LEGACY
 from . import phases
 from .refs import GPU_BACKENDS, EntryRef
-from .workers import DEVICE_ENV, Slot, device_ordinal, worker_device, worker_label, worker_slot
+from .workers import DEVICE_ENV, Slot, device_ordinal, worker_label, worker_slot
 
 
 #: Types whose every instance is (True) or is not (False) a device array, decided without reading
@@ -89,18 +89,10 @@ class _HandleOwner:
     view dies: under the context's call lock if it is free at once, else (a view collected while
     another thread calls, which could deadlock two contexts' locks) by the next call on the context."""
 
-    def __init__(self, handle: ArrayHandle, slot: Slot, consumer_stream: int, settled: bool = False):
+    __slots__ = ("handle", "slot")
+
+    def __init__(self, handle: ArrayHandle, slot: Slot):
         self.handle, self.slot = handle, slot
-        cai = dict(handle.__cuda_array_interface__)
-        if settled:  # the context was synchronised after the call: the data needs no waiting at all
-            cai["stream"] = None
-        fs = futhark_stream(handle.library)
-        if cai["stream"] is not None and fs is not None:
-            # CuPy would block the host on Futhark's stream; the stream CuPy uses next waits on the
-            # device instead, and the view says the data needs no more waiting.
-            fs.signal(consumer_stream)
-            cai["stream"] = None
-        self.__cuda_array_interface__ = cai
 
     def __del__(self) -> None:
         lock = self.slot.lock
@@ -113,6 +105,34 @@ class _HandleOwner:
             pass
         finally:
             lock.release()
+
+
+def _device_view(handle: ArrayHandle, slot: Slot, device: int, settled: bool) -> Any:
+    """A CuPy array over a Futhark result's device memory, which it frees when it dies.
+
+    Made from the pointer, not through ``__cuda_array_interface__``: a result is exported once, and
+    the export's first-time work (the pointer's device asked of the driver, the state cached for
+    later exports) and CuPy's reading of the dictionary cost a task more than its call. The order is
+    the export's: unless the context was synchronised after the call (``settled``), the stream
+    CuPy uses next waits on the device for Futhark's stream, or, where the context's work may
+    still fail (a kernel's bounds check) or the library has no stream accessors, the context is
+    synchronised so that the error is raised here instead of its data handed on."""
+    cupy = _cupy()
+    shape, dtype = handle.shape, handle.dtype
+    if not settled:
+        fs = futhark_stream(handle.library)
+        with handle._ctx.lock:
+            if fs is not None and not fs.may_fail():
+                with cupy.cuda.Device(device):  # the stream CuPy uses next on this block's GPU
+                    fs.signal(cupy.cuda.get_current_stream().ptr or LEGACY)
+            else:
+                handle._ctx.sync()
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes == 0:  # nothing to view (Futhark may give no pointer for it)
+        handle.free()
+        return cupy.empty(shape, dtype)
+    memory = cupy.cuda.UnownedMemory(handle.data_pointer(), nbytes, _HandleOwner(handle, slot), device)
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
 
 
 def _argument(lib: Library, type_name: str, value: Any, device: int, temps: list[ArrayHandle]) -> Any:
@@ -136,9 +156,7 @@ def _argument(lib: Library, type_name: str, value: Any, device: int, temps: list
 def _result(value: Any, on_device: bool, device: int, slot: Slot, settled: bool = False) -> Any:
     if isinstance(value, ArrayHandle):
         if on_device:
-            cupy = _cupy()
-            with cupy.cuda.Device(device):
-                return cupy.asarray(_HandleOwner(value, slot, cupy.cuda.get_current_stream().ptr or LEGACY, settled))
+            return _device_view(value, slot, device, settled)
         out = value.numpy()
         value.free()
         return out
@@ -190,7 +208,7 @@ def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequen
                  nblocks: Sequence[int] | None, location: Any, sync: bool = False, on_device: bool | None = None) -> Any:
     lib = slot.library
     ep = lib.entry_points[entry.name]
-    device = device_ordinal(worker_device(entry.library)) if lib.backend == "cuda" else 0
+    device = device_ordinal(slot.device) if lib.backend == "cuda" else 0
     if on_device is None:
         on_device = any(is_device_array(a) for a in args)
     on_device = on_device and lib.backend == "cuda"

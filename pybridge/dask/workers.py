@@ -77,10 +77,12 @@ def device_ordinal(device: str | None) -> int:
 
 @dataclass
 class Slot:
-    """One context of this process: its library, the lock serialising calls on it, the calls made,
-    and result handles to free at the next call (see blocks._HandleOwner)."""
+    """One context of this process: its library, the device it was made for (``worker_device``),
+    the lock serialising calls on it, the calls made, and result handles to free at the next call
+    (see blocks._HandleOwner)."""
 
     library: Library
+    device: str | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
     calls: int = 0
     pending_frees: list[Any] = field(default_factory=list)
@@ -110,7 +112,7 @@ def worker_slot(ref: LibraryRef) -> Slot:
                 if device is not None:
                     options["device"] = device
                 try:
-                    slot = Slot(_load(ref.path, backend=ref.backend, **options))
+                    slot = Slot(_load(ref.path, backend=ref.backend, **options), device)
                 except Exception as e:
                     where = worker_label() or f"process {os.getpid()}"
                     on = f", device {device}" if device else ""
