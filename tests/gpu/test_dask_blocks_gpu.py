@@ -41,7 +41,7 @@ def test_a_result_is_a_view_of_futharks_memory_ordered_after_the_call(sync):
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
     X, Y = cupy.asarray(x), cupy.asarray(y)
-    before = lib.live_values
+    before = lib.live_values()
     # 200 rounds over 64 MiB: long enough that a view read before the call ends would see old data
     out = call_entry(entry, (np.int32(200), np.float32(0.5), X, Y), sync=sync)
     total = float(out.sum())  # read at once, on CuPy's stream
@@ -52,15 +52,15 @@ def test_a_result_is_a_view_of_futharks_memory_ordered_after_the_call(sync):
     assert out.data.device_id == 0
     np.testing.assert_allclose(cupy.asnumpy(out), want, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(total, want.sum(dtype=np.float64), rtol=1e-3)
-    assert lib.live_values == before + 1  # the result, held by the view
+    assert lib.live_values() == before + 1  # the result, held by the view
     ptr = out.data.ptr
     view = out[1:]  # a view of the view keeps Futhark's memory alive too
     del out
     gc.collect()
-    assert lib.live_values == before + 1 and view.data.ptr == ptr + 4
+    assert lib.live_values() == before + 1 and view.data.ptr == ptr + 4
     del view
     gc.collect()
-    assert lib.live_values == before  # the last view gone: the Futhark value is freed
+    assert lib.live_values() == before  # the last view gone: the Futhark value is freed
 
 
 def test_a_view_that_dies_while_another_thread_calls_is_freed_by_the_next_call():
@@ -68,9 +68,9 @@ def test_a_view_that_dies_while_another_thread_calls_is_freed_by_the_next_call()
     slot = worker_slot(entry.library)
     lib = slot.library
     x = cupy.arange(1024, dtype=cupy.float32)
-    before = lib.live_values
+    before = lib.live_values()
     out = call_entry(entry, (np.float32(2), x, x), sync=True)
-    assert lib.live_values == before + 1
+    assert lib.live_values() == before + 1
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -84,12 +84,12 @@ def test_a_view_that_dies_while_another_thread_calls_is_freed_by_the_next_call()
         assert held.wait(30)
         del out
         gc.collect()
-        assert len(slot.pending_frees) == 1 and lib.live_values == before + 1  # not freed under another's lock
+        assert len(slot.pending_frees) == 1 and lib.live_values() == before + 1  # not freed under another's lock
     finally:
         release.set()
         t.join(30)
     again = call_entry(entry, (np.float32(2), x, x), sync=True)  # frees what was left first
-    assert slot.pending_frees == [] and lib.live_values == before + 1
+    assert slot.pending_frees == [] and lib.live_values() == before + 1
     np.testing.assert_array_equal(cupy.asnumpy(again), 3 * np.arange(1024, dtype=np.float32))
 
 
@@ -97,8 +97,8 @@ def test_an_empty_result_is_an_empty_cupy_array():
     entry = saxpy_entry("saxpy")
     lib = worker_slot(entry.library).library
     e = cupy.empty(0, dtype=cupy.float32)
-    before = lib.live_values
+    before = lib.live_values()
     for sync in (True, False):
         out = call_entry(entry, (np.float32(2), e, e), sync=sync)
         assert isinstance(out, cupy.ndarray) and out.shape == (0,) and out.dtype == np.float32
-    assert lib.live_values == before  # nothing kept for it
+    assert lib.live_values() == before  # nothing kept for it
