@@ -616,12 +616,8 @@ class _Cluster:
             self.client = Client(self.cluster)
         self.s.client = self.client
         self.client.wait_for_workers(max(self.s.counts), timeout=180)
-        if os.environ.get("PYBRIDGE_DASK_LOW_LATENCY"):  # EXPERIMENT
-            from ..dask.cluster import low_latency
-
-            v = os.environ["PYBRIDGE_DASK_LOW_LATENCY"]
-            low_latency(self.client, 0.0 if v == "client" else float(v), only_client=v == "client")
-            show(f"scaling: Dask's batching intervals set to {os.environ['PYBRIDGE_DASK_LOW_LATENCY']} s")
+        # Results reported at once, as docs/scale-out.md sets a client up (pybridge.dask.batching says why)
+        pbd.low_latency(self.client)
         if self.given is None:
             preload = [e for name, e in self.s.entries.items() if name != "matmul" or "B3" in self.wanted]
             try:

@@ -11,13 +11,14 @@
 
 Many GPUs (docs/scale-out.md): data made on the workers (``random``, ``from_function``), one task
 per worker (``spmd``, ``halo_map``), GPU-to-GPU collectives inside tasks (``Comms``: NCCL, or TCP
-between CPU workers), libraries loaded once per worker (``PybridgeWorker``).
+between CPU workers), libraries loaded once per worker (``PybridgeWorker``), results reported
+without Dask's batching delay (``low_latency(client)``).
 
 Layers: ``refs`` (picklable library / entry references) -> ``workers`` (one context per library per
 worker process, calls serialised) -> ``blocks`` (one task: chunks in, entry point, chunks out,
 errors naming the block and worker) -> ``plan`` (argument and chunk checks, the tied-size rule) ->
 ``array`` (map_blocks, reduction) and ``kernels`` (CUDA kernels, same mechanism); ``cluster`` makes
-one worker per GPU; ``placement`` ranks workers and places blocks; ``born`` makes blocks on the
+one worker per GPU and ``batching`` turns a client's message batching off; ``placement`` ranks workers and places blocks; ``born`` makes blocks on the
 workers; ``comms`` / ``nccl`` are the communicators; ``spmd`` runs one task per worker;
 ``resident`` is the worker plugin. Needs dask and distributed: ``pip install 'dask[array]' distributed``.
 """
@@ -33,6 +34,7 @@ except ImportError as e:  # pragma: no cover - exercised where dask is absent
     raise ImportError(f"pybridge.dask needs dask and distributed: {install_hint('dask')} [{e}]") from e
 
 from .array import entry, map_blocks, reduction, scatter, to_device, to_host
+from .batching import low_latency
 from .born import BlockInfo, from_function, random
 from .cluster import WorkerDevices, cpu_affinity_report, local_cluster
 from .comms import Comms, CommsError, CommsTimeoutError, comm
@@ -66,6 +68,7 @@ __all__ = [
     "halo_map",
     "kernel",
     "local_cluster",
+    "low_latency",
     "map_blocks",
     "map_kernel",
     "random",

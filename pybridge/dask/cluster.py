@@ -141,27 +141,3 @@ def cpu_affinity_report() -> dict[int, str]:
         pynvml.nvmlShutdown()
     return pin_problems(near, set(os.sched_getaffinity(0)))
 
-
-# ---------------------------------------------------------------- message batching (experiment)
-
-
-def _scheduler_intervals(interval: float, client_id: str | None = None, dask_scheduler: Any = None) -> int:
-    if client_id is not None:
-        bs = [dask_scheduler.client_comms[client_id]]
-    else:
-        bs = list(dask_scheduler.client_comms.values()) + list(dask_scheduler.stream_comms.values())
-    for b in bs:
-        b.interval = interval
-    return len(bs)
-
-
-def _worker_interval(interval: float, dask_worker: Any = None) -> None:
-    dask_worker.batched_stream.interval = interval
-
-
-def low_latency(client: Any, interval: float = 0.0, only_client: bool = False) -> None:
-    """EXPERIMENT: Dask's message batching intervals (client 10 ms, scheduler 2/5 ms, worker 2 ms) set to ``interval``."""
-    client.scheduler_comm.interval = interval
-    client.run_on_scheduler(_scheduler_intervals, interval, client.id if only_client else None)
-    if not only_client:
-        client.run(_worker_interval, interval)
