@@ -103,8 +103,11 @@ step "build: every carried Futhark cuda library, pybridge's CUDA kernels (make -
   MISSING=$(make -s -n cuda 2>/dev/null | grep -c nvcc)
   echo "kernel outputs to compile: $MISSING"
   [ "$MISSING" -gt 0 ] && timeout "$(cap 350 150)" make -j"$NCPU" -k cuda &
+  # the compiled call path, as `pip install .` builds it (without it every task takes the Python path)
+  python3 setup.py -q build_ext --inplace
   wait
 } >> "$LOGS/setup.log" 2>&1
+say "call path: $(python3 -c 'from pybridge.futhark import callpath; print(callpath.DESCRIPTION)' 2>&1 | tail -1)"
 say "futhark cuda libraries: $(ls build/futhark/cuda/lib*.so 2>/dev/null | xargs -n1 basename 2>/dev/null | tr '\n' ' ')"
 say "cuda kernels: $(ls build/cuda/*.cubin build/cuda/lib*.so 2>/dev/null | xargs -n1 basename 2>/dev/null | tr '\n' ' ')"
 for need in build/futhark/cuda/libjacobi.so build/futhark/cuda/libsaxpy.so build/futhark/cuda/libmatmul.so \
@@ -133,7 +136,7 @@ grep -E "dask-cuda CPU pin|^worker " "$LOGS/test_dask_multigpu.log" | cut -c1-20
 
 if [ "$QUICK" != "--quick" ]; then
   step "one-GPU Dask tests (every GPU, one worker each)"
-  timeout "$(cap 180 130)" python3 -m pytest -q -rfEs -p no:cacheprovider "${PT_TIMEOUT[@]}" tests/gpu/test_dask_gpu.py \
+  timeout "$(cap 180 130)" python3 -m pytest -q -rfEs -p no:cacheprovider "${PT_TIMEOUT[@]}" tests/gpu/test_dask_gpu.py tests/gpu/test_dask_blocks_gpu.py \
     > "$LOGS/test_dask_gpu.log" 2>&1
   outcome "one-GPU Dask tests" $? "$LOGS/test_dask_gpu.log"
 fi

@@ -10,9 +10,10 @@ CuPy on GPUs) before timing. A figure is the median of ``--repeat`` runs after o
 timed from building the graph to ``wait`` returning for its futures, where every task of every row
 ends by waiting for its own GPU work (``sync=True``; the same wait in the plain-Dask and CuPy rows),
 so a finished future means a computed block and no separate device sync (a ``client.run`` round
-trip) is needed. Between runs, untimed, the result is released and the client left idle for
-25 ms: distributed's client sends at most one message per 10 ms, so a run submitted right after the
-previous run's release would wait for that interval. Results stay on the workers. "direct" is the
+trip) is needed. The client's connection sends without Dask's batching delay
+(``pbd.low_latency``, as docs/scale-out.md sets a client up). Between runs, untimed, the result is
+released and the client left idle for 25 ms, so that a run's graph never travels with the previous
+run's release. Results stay on the workers. "direct" is the
 same work on one GPU without Dask (timed in a worker, call + device sync), rerun here. Big rows are
 one task per worker (``pbd.spmd``); halos and B's broadcast move GPU to GPU over NCCL
 (``pbd.Comms``; TCP between CPU workers).
@@ -261,6 +262,13 @@ def _timed_rows(group: str, size: Any, k: int, timer: Timer, makes: dict[str, Ca
     """One row per implementation (label -> make), measured in turn (``Timer.compare``)."""
     got = timer.compare(makes, repeat)
     return {label: _row(group, label, size, k, sm, submit_us=sub * 1e6, **extra) for label, (sm, sub) in got.items()}
+
+
+def _call_path() -> str:
+    """Which per-call path this process (and so its workers, importing the same pybridge) uses."""
+    from ..futhark import callpath
+
+    return str(callpath.DESCRIPTION)
 
 
 def _unit(s: Setup, k: int) -> str:
@@ -540,7 +548,7 @@ def run(args: argparse.Namespace, client: Any = None) -> list[dict[str, Any]]:
     meta = {"cluster": s.cluster_kind, "backend": s.backend, "repeat": s.repeat, "repeat_b0": s.repeat_b0,
             "repeat_weak": s.repeat_weak,
             "sizes": dict(s.sizes), "gpu": s.gpu, "counts": s.counts, "quiet_ms": QUIET_S * 1e3,
-            "unavailable": dict(s.unavailable), "label": getattr(args, "label", None)}
+            "unavailable": dict(s.unavailable), "label": getattr(args, "label", None), "call_path": _call_path()}
     for name, why in s.unavailable.items():
         show(f"scaling: entry point {name} unavailable: {why}")
     if args.rows_out:

@@ -19,6 +19,7 @@ from conftest import GPU_OK  # noqa: E402
 
 if GPU_OK:
     cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    pytest.importorskip("dask.array", reason="dask is not installed: pip install 'dask[array]' distributed")
 
 import pybridge.dask as pbd  # noqa: E402
 from pybridge.dask.blocks import call_entry  # noqa: E402
