@@ -1,7 +1,8 @@
-"""One-GPU diagnostic for pybridge.dask's task path (no cluster): where a B0 task's time goes, and
-whether an idle GPU makes B1's call slower than back-to-back calls. Prints plain lines.
+"""One-GPU diagnostic for pybridge.dask's task path (no cluster): where a B0 task's time goes (each
+piece timed alone, then cProfile of map_block), and whether an idle GPU makes B1's call slower than
+back-to-back calls. Prints plain lines. On the GPU machine, after the build:
 
-    python3 scripts/gpu_probe_dask.py build/futhark/cuda/libsaxpy.so
+    CUDA_VISIBLE_DEVICES=0 python3 scripts/gpu_probe_dask.py build/futhark/cuda/libsaxpy.so
 """
 import cProfile
 import io
@@ -59,17 +60,10 @@ def main(path):
         for name, fn in pieces.items():
             print(f"piece {name}: {per_call_us(fn):.2f} us")
 
-        def owner_asarray():
-            r = ep(a, h, h)
-            return cupy.asarray(blocks._HandleOwner(r, slot, stream.ptr or 1, True))
+        def device_view():
+            return blocks._device_view(ep(a, h, h), slot, 0, True)
 
-        def owner_only():
-            r = ep(a, h, h)
-            o = blocks._HandleOwner(r, slot, stream.ptr or 1, True)
-            return o
-
-        print(f"piece entry+_HandleOwner (freed by __del__): {per_call_us(owner_only):.2f} us")
-        print(f"piece entry+_HandleOwner+cupy.asarray: {per_call_us(owner_asarray):.2f} us")
+        print(f"piece entry + _device_view (freed when the view dies): {per_call_us(device_view):.2f} us")
     h.free()
     call = Shared(BlockCall(entry, [a, None, None], [1, 2], (1,), True))
     loc = ((0, 1024),)
