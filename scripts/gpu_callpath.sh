@@ -5,7 +5,8 @@
 #      pybridge), `pybridge info`'s call path line: which path every figure below is of;
 #   2. `pybridge bench overhead --backend cuda` and `pybridge bench exchange`: pybridge and the bare
 #      cffi call, the driver's and CuPy's part of an exchange, all in this run;
-#   3. `pybridge bench programs --backend cuda` (and c) when .carry-programs is carried;
+#   3. `pybridge bench programs --backend cuda` (and c) when .carry-programs is carried (its c
+#      part made here with the carried compiler when only cuda's was carried);
 #   4. the call path's table from those rows (`pybridge bench report --call-path`): every row with
 #      the bare figure of the same run, the ratio or pybridge's own part, the target and the verdict;
 #   5. the differential test on cuda (compiled against Python plans, one process), then the GPU
@@ -62,7 +63,12 @@ if [ -d .carry-programs/cuda ]; then
 else
   echo "no .carry-programs/cuda: the real-program rows are not measured (see the header for the --prepare command)"
 fi
-if [ -d .carry-programs/c ] && [ $((BUDGET - SECONDS)) -gt 280 ]; then
+if [ ! -d .carry-programs/c ] && [ -n "${FUTHARK:-}" ] && [ -d .carry-programs ] && [ $((BUDGET - SECONDS)) -gt 200 ]; then
+  step "the c programs' C made here (pybridge bench programs --prepare, the carried compiler)"
+  timeout "$(limit 60)" python3 -m pybridge bench programs --prepare .carry-programs --backend c > "$OUT/prepare-c.txt" 2>&1
+  echo "rc=$?"
+fi
+if [ -d .carry-programs/c ] && [ $((BUDGET - SECONDS)) -gt 170 ]; then
   step "pybridge bench programs --backend c (prebuilt C from .carry-programs)"
   timeout "$(limit 80)" python3 -m pybridge bench programs --backend c --prebuilt .carry-programs --runs ${RUNS:-10} \
     --json "$OUT/programs-c.json" > "$OUT/programs-c.txt" 2>&1
