@@ -10,8 +10,8 @@ CuPy on GPUs) before timing. A figure is the median of ``--repeat`` runs after o
 timed from building the graph to ``wait`` returning for its futures, where every task of every row
 ends by waiting for its own GPU work (``sync=True``; the same wait in the plain-Dask and CuPy rows),
 so a finished future means a computed block and no separate device sync (a ``client.run`` round
-trip) is needed. The client's connection sends without Dask's batching delay
-(``pbd.low_latency``, as docs/scale-out.md sets a client up). Between runs, untimed, the result is
+trip) is needed. The bench's own client sends without Dask's batching delay (``pbd.low_latency``,
+as docs/scale-out.md sets a client up; a client given is measured as it is). Between runs, untimed, the result is
 released and the client left idle for 25 ms, so that a run's graph never travels with the previous
 run's release. Results stay on the workers. "direct" is the
 same work on one GPU without Dask (timed in a worker, call + device sync), rerun here. Big rows are
@@ -262,6 +262,12 @@ def _timed_rows(group: str, size: Any, k: int, timer: Timer, makes: dict[str, Ca
     """One row per implementation (label -> make), measured in turn (``Timer.compare``)."""
     got = timer.compare(makes, repeat)
     return {label: _row(group, label, size, k, sm, submit_us=sub * 1e6, **extra) for label, (sm, sub) in got.items()}
+
+
+def _client_batching_ms(client: Any) -> float | None:
+    """The client's own batching interval (Dask's 10 ms; 0 after ``pbd.low_latency``), None unknown."""
+    interval = getattr(getattr(client, "scheduler_comm", None), "interval", None)
+    return None if interval is None else float(interval) * 1e3
 
 
 def _call_path() -> str:
@@ -582,6 +588,7 @@ def run(args: argparse.Namespace, client: Any = None) -> list[dict[str, Any]]:
         meta["seconds"] = time.monotonic() - s.started
         meta["sizes"] = dict(s.sizes)  # B4's iterations as calibrated
         meta["restarts"] = live.restarts
+        meta["client_batching_ms"] = _client_batching_ms(live.client)
         if s.gpu:
             meta["affinity"] = _affinity()
     finally:
@@ -624,9 +631,10 @@ class _Cluster:
             self.client = Client(self.cluster)
         self.s.client = self.client
         self.client.wait_for_workers(max(self.s.counts), timeout=180)
-        # Results reported at once, as docs/scale-out.md sets a client up (pybridge.dask.batching says why)
-        pbd.low_latency(self.client)
         if self.given is None:
+            # Results reported at once, as docs/scale-out.md sets a client up (pybridge.dask.batching
+            # says why); a client given is measured as it is.
+            pbd.low_latency(self.client)
             preload = [e for name, e in self.s.entries.items() if name != "matmul" or "B3" in self.wanted]
             try:
                 self.client.register_plugin(pbd.PybridgeWorker(preload))

@@ -72,6 +72,16 @@ def _largest_run(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     return [r for r in mine if r["workers"] == top]
 
 
+def _batching(meta: dict[str, Any]) -> str:
+    ms = meta.get("client_batching_ms")
+    if ms is None:
+        return "The client's message batching was not recorded."
+    if ms == 0:
+        return ("The client's connection sends without Dask's batching delay (`pbd.low_latency(client)`, as "
+                "docs/scale-out.md sets a client up).")
+    return f"The client's connection kept a batching interval of {ms:g} ms (not `pbd.low_latency`)."
+
+
 def write_section(path: str, rows: list[dict[str, Any]], meta: dict[str, Any], plot: str | None) -> None:
     topo = str(meta.get("topology") or "(not given: --topology FILE)").rstrip()
     counts = meta.get("counts", [])
@@ -90,8 +100,7 @@ def write_section(path: str, rows: list[dict[str, Any]], meta: dict[str, Any], p
         "building the graph to `wait` returning for all its futures; every task of every row (pybridge, plain Dask, "
         "Dask + CuPy, Dask alone alike) waits for its own GPU work before it returns (`sync=True`: its CuPy stream, "
         "which Futhark's results are ordered on), so a finished future is a computed block and no device sync "
-        "round trip (`client.run`) follows. The client's connection sends without Dask's batching delay "
-        "(`pbd.low_latency(client)`, as docs/scale-out.md sets a client up). Between runs, untimed, the result is "
+        "round trip (`client.run`) follows. " + _batching(meta) + " Between runs, untimed, the result is "
         f"released and the client left idle for {meta.get('quiet_ms', 25):.0f} ms, so that a run's graph never travels "
         f"with the previous run's release. pybridge's call path: {meta.get('call_path', 'not recorded')}. Results stay on the workers. B1-B4 and the size "
         "rows are one task per GPU (`pbd.spmd`, all ranks in one graph); B2's halos and B3's broadcast of B go GPU "

@@ -19,6 +19,8 @@ The setting lives on the connection: a client that reconnects gets Dask's interv
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 
@@ -30,16 +32,33 @@ def _scheduler_side(client_id: str, interval: float, dask_scheduler: Any = None)
     return True
 
 
-def low_latency(client: Any, interval: float = 0.0) -> None:
+def _not_known(client: Any) -> RuntimeError:
+    return RuntimeError(f"low_latency: the scheduler does not know client {client.id!r} (disconnected?)")
+
+
+def low_latency(client: Any, interval: float = 0.0) -> Any:
     """Messages between ``client`` and its scheduler sent without batching delay (``interval``
     seconds at most between sends instead of Dask's 10 ms and 2 ms; 0: at once). See the module
-    docstring for when it pays."""
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 <= interval <= 1:
-        raise ValueError(f"low_latency: interval must be a number of seconds from 0 to 1, got {interval!r}")
-    stream = getattr(client, "scheduler_comm", None)
-    if not hasattr(client, "run_on_scheduler") or stream is None or not hasattr(stream, "interval"):
-        raise TypeError(f"low_latency: client must be a connected distributed.Client, got {type(client).__name__}"
-                        + (" (not connected)" if hasattr(client, "run_on_scheduler") else ""))
-    if not client.run_on_scheduler(_scheduler_side, client.id, float(interval)):
-        raise RuntimeError(f"low_latency: the scheduler does not know client {client.id!r} (disconnected?)")
-    stream.interval = float(interval)
+    docstring for when it pays. On an asynchronous client, await it: ``await pbd.low_latency(client)``."""
+    if isinstance(interval, bool) or not isinstance(interval, numbers.Real):
+        raise TypeError(f"low_latency: interval must be a number of seconds, got {type(interval).__name__}")
+    seconds = float(interval)
+    if math.isnan(seconds) or not 0 <= seconds <= 1:
+        raise ValueError(f"low_latency: interval must be from 0 to 1 seconds, got {interval!r}")
+    if not (hasattr(client, "run_on_scheduler") and hasattr(client, "scheduler_comm")):
+        raise TypeError(f"low_latency: client must be a distributed.Client, got {type(client).__name__}")
+    stream = client.scheduler_comm
+    if getattr(client, "status", None) != "running" or not hasattr(stream, "interval") or stream.closed():
+        raise TypeError(f"low_latency: client must be a connected distributed.Client; this one is "
+                        f"{getattr(client, 'status', 'not connected')}")
+    if getattr(client, "asynchronous", False):
+        async def both_sides() -> None:
+            if not await client.run_on_scheduler(_scheduler_side, client.id, seconds):
+                raise _not_known(client)
+            client.scheduler_comm.interval = seconds
+
+        return both_sides()
+    if not client.run_on_scheduler(_scheduler_side, client.id, seconds):
+        raise _not_known(client)
+    client.scheduler_comm.interval = seconds  # read again: the connection the scheduler's side is on
+    return None

@@ -3,7 +3,10 @@
 Chunk types: a NumPy chunk goes into Futhark by copy and the result comes back as NumPy. A device
 chunk (CuPy, or anything with ``__cuda_array_interface__``) goes into a cuda-backend library without
 a copy (``from_cuda``) and the result comes back as a CuPy array over Futhark's own memory, also
-without a copy: chunks stay on the GPU between steps. A device chunk given to a CPU backend is
+without a copy: chunks stay on the GPU between steps. A parameter the entry point consumes (``*[]``,
+which Futhark may update in place) gets a copy of its block, which stays as Dask holds it; a result
+that is an argument returned as it is (a non-unique result lying in a block's memory) keeps that
+block alive. A device chunk given to a CPU backend is
 copied to the host first (the only place data changes sides without being asked).
 
 A Futhark failure in a block is raised again as the same class (``ProgramError``,
@@ -16,6 +19,7 @@ No dask import here: the functions take plain arguments and are tested without a
 from __future__ import annotations
 
 import functools
+import math
 import os
 import pickle
 from typing import Any, Sequence
@@ -87,12 +91,14 @@ def to_device_array(x: Any) -> Any:
 class _HandleOwner:
     """Keeps a Futhark result alive while a CuPy array views its memory, and frees it when the
     view dies: under the context's call lock if it is free at once, else (a view collected while
-    another thread calls, which could deadlock two contexts' locks) by the next call on the context."""
+    another thread calls, which could deadlock two contexts' locks) by the next call on the context.
+    ``inputs``: the device blocks whose memory the result lies in (a result that is an argument
+    returned as it is: Futhark's value is then a view of the block, which only this keeps alive)."""
 
-    __slots__ = ("handle", "slot")
+    __slots__ = ("handle", "slot", "inputs")
 
-    def __init__(self, handle: ArrayHandle, slot: Slot):
-        self.handle, self.slot = handle, slot
+    def __init__(self, handle: ArrayHandle, slot: Slot, inputs: tuple[Any, ...] = ()):
+        self.handle, self.slot, self.inputs = handle, slot, inputs
 
     def __del__(self) -> None:
         lock = self.slot.lock
@@ -107,7 +113,24 @@ class _HandleOwner:
             lock.release()
 
 
-def _device_view(handle: ArrayHandle, slot: Slot, device: int, settled: bool) -> Any:
+class _Inputs(list):  # type: ignore[type-arg]
+    """A call's device arguments as Futhark views them: ``temps`` the handles to free after the call,
+    and for each its block's (start, end) addresses and the block itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.temps: list[ArrayHandle] = []
+
+    def add(self, handle: ArrayHandle, block: Any) -> None:
+        self.temps.append(handle)
+        start = int(block.data.ptr)
+        self.append((start, start + int(block.nbytes), block))
+
+    def holding(self, ptr: int) -> tuple[Any, ...]:
+        return tuple(b for start, end, b in self if start <= ptr < end)
+
+
+def _device_view(handle: ArrayHandle, slot: Slot, device: int, settled: bool, inputs: _Inputs) -> Any:
     """A CuPy array over a Futhark result's device memory, which it frees when it dies.
 
     Made from the pointer, not through ``__cuda_array_interface__``: a result is exported once, and
@@ -127,36 +150,40 @@ def _device_view(handle: ArrayHandle, slot: Slot, device: int, settled: bool) ->
                     fs.signal(cupy.cuda.get_current_stream().ptr or LEGACY)
             else:
                 handle._ctx.sync()
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes == 0:  # nothing to view (Futhark may give no pointer for it)
         handle.free()
-        return cupy.empty(shape, dtype)
-    memory = cupy.cuda.UnownedMemory(handle.data_pointer(), nbytes, _HandleOwner(handle, slot), device)
+        with cupy.cuda.Device(device):
+            return cupy.empty(shape, dtype)
+    ptr = handle.data_pointer()
+    memory = cupy.cuda.UnownedMemory(ptr, nbytes, _HandleOwner(handle, slot, inputs.holding(ptr)), device)
     return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
 
 
-def _argument(lib: Library, type_name: str, value: Any, device: int, temps: list[ArrayHandle]) -> Any:
-    if type_name in PRIMITIVES or not is_device_array(value):
+def _argument(lib: Library, param: Any, value: Any, device: int, inputs: _Inputs) -> Any:
+    if param.type in PRIMITIVES or not is_device_array(value):
         return value  # scalars and host arrays: the entry point converts (host arrays copied in)
     if lib.backend != "cuda":
         return to_host_array(value)
-    if not (_DEVICE_TYPES.get(type(value)) and value.flags.c_contiguous and value.data.device_id == device):
+    ready = _DEVICE_TYPES.get(type(value)) and value.flags.c_contiguous and value.data.device_id == device
+    if param.unique or not ready:
         cupy = _cupy()  # else a CuPy array as it is: the common case, without switching devices
         with cupy.cuda.Device(device):
-            if getattr(getattr(value, "device", None), "id", device) != device:
-                value = cupy.array(value, copy=True)  # a chunk that arrived on another GPU: peer copy
+            # A consumed parameter may be updated in place: Futhark gets a copy, so the block (which
+            # Dask may hand to other tasks) stays as it was. A chunk on another GPU: peer copy.
+            if param.unique or getattr(getattr(value, "device", None), "id", device) != device:
+                value = cupy.array(value, copy=True)
             value = cupy.ascontiguousarray(value)
-    kind = lib.types[type_name]
+    kind = lib.types[param.type]
     assert isinstance(kind, ArrayKind)  # plan.check_arguments let only array types through
-    h = kind.from_cuda(value)
-    temps.append(h)
-    return h
+    inputs.add(kind.from_cuda(value), value)
+    return inputs.temps[-1]
 
 
-def _result(value: Any, on_device: bool, device: int, slot: Slot, settled: bool = False) -> Any:
+def _result(value: Any, on_device: bool, device: int, slot: Slot, settled: bool, inputs: _Inputs) -> Any:
     if isinstance(value, ArrayHandle):
         if on_device:
-            return _device_view(value, slot, device, settled)
+            return _device_view(value, slot, device, settled, inputs)
         out = value.numpy()
         value.free()
         return out
@@ -212,25 +239,25 @@ def _call_locked(slot: Slot, entry: EntryRef, args: Sequence[Any], block: Sequen
     if on_device is None:
         on_device = any(is_device_array(a) for a in args)
     on_device = on_device and lib.backend == "cuda"
-    temps: list[ArrayHandle] = []
+    inputs = _Inputs()
     slot.calls += 1
     while slot.pending_frees:
         slot.pending_frees.pop().free()
     try:
-        call_args = [_argument(lib, p.type, a, device, temps) for p, a in zip(ep.info.inputs, args)]
+        call_args = [_argument(lib, p, a, device, inputs) for p, a in zip(ep.info.inputs, args)]
         results = ep(*call_args)
         settled = sync and lib.backend in GPU_BACKENDS
         if settled:
             lib.context.sync()
         if isinstance(results, tuple):
-            return tuple(_result(r, on_device, device, slot, settled) for r in results)
-        return _result(results, on_device, device, slot, settled)
+            return tuple(_result(r, on_device, device, slot, settled, inputs) for r in results)
+        return _result(results, on_device, device, slot, settled, inputs)
     except FutharkError as e:
         # The context stays usable: Futhark 0.25.32's multicore scheduler kept a failed call's
         # error flag, which csource.py now clears at every call (tests/test_multicore_errors.py).
         raise named_error(e, entry, describe_block(block, nblocks, location), block) from None
     finally:
-        for h in temps:
+        for h in inputs.temps:
             if h.valid:
                 h.free()
 

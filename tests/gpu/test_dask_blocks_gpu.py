@@ -1,8 +1,11 @@
-"""What one pybridge.dask task does with device blocks, on one GPU and without a cluster: a Futhark
-result comes back as a CuPy view of Futhark's memory (no copy), ordered after the call whether or
-not the task synchronised, freed when the view dies (at once, or by the next call when the view dies
-while another thread holds the context), and an empty result is an empty CuPy array.
-Needs CuPy and `make futhark FUTHARK_BACKEND=cuda` (build/futhark/cuda/libsaxpy.so).
+"""What one pybridge.dask task does with device blocks, without a cluster: a Futhark result comes
+back as a CuPy view of Futhark's memory (no copy) on the worker's device, ordered after the call on
+the task's own stream whether or not the task synchronised, freed when the view dies (at once, or by
+the next call when the view dies while another thread holds the context); an empty result is an
+empty CuPy array; a result that is its argument keeps that block alive; a consumed parameter gets a
+copy, the block left as it was. Needs CuPy and `make futhark FUTHARK_BACKEND=cuda`
+(build/futhark/cuda/libsaxpy.so); two GPUs for the pin="index" case, the Futhark compiler for
+tests/programs/aliasing.fut.
 """
 
 from __future__ import annotations
@@ -103,3 +106,67 @@ def test_an_empty_result_is_an_empty_cupy_array():
         out = call_entry(entry, (np.float32(2), e, e), sync=sync)
         assert isinstance(out, cupy.ndarray) and out.shape == (0,) and out.dtype == np.float32
     assert lib.live_values() == before  # nothing kept for it
+
+
+def test_results_are_ordered_on_the_tasks_own_stream():
+    entry = saxpy_entry("saxpy_iter")
+    n = 1 << 24
+    x = cupy.ones(n, dtype=cupy.float32)
+    with cupy.cuda.Stream(non_blocking=True) as s:  # not the legacy stream: the wait must be on this one
+        out = call_entry(entry, (np.int32(300), np.float32(1), x, x), sync=False)
+        total = float(out.sum())
+    assert s.ptr != 0
+    assert total == pytest.approx(301.0 * n)
+
+
+@pytest.mark.parametrize("n", [1024, 0])
+@pytest.mark.parametrize("sync", [True, False])
+def test_results_live_on_the_workers_device_under_pin_index(monkeypatch, n, sync):
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs: the worker's device must differ from the thread's current one")
+    k = cupy.cuda.runtime.getDeviceCount() - 1
+    monkeypatch.setenv("PYBRIDGE_DASK_DEVICE", f"#{k}")  # what local_cluster(pin="index") gives worker k
+    entry = saxpy_entry("saxpy")
+    with cupy.cuda.Device(k):
+        x = cupy.arange(n, dtype=cupy.float32)
+    assert cupy.cuda.runtime.getDevice() == 0
+    out = call_entry(entry, (np.float32(2), x, x), sync=sync)
+    assert out.shape == (n,) and out.data.device_id == k
+    with cupy.cuda.Device(k):
+        np.testing.assert_array_equal(cupy.asnumpy(out), 3 * np.arange(n, dtype=np.float32))
+
+
+def aliasing_entry(name: str):
+    from pybridge.futhark.build import futhark_compiler
+
+    if futhark_compiler() is None:
+        pytest.skip("tests/programs/aliasing.fut needs the Futhark compiler here (carry .carry-futhark)")
+    from pathlib import Path
+
+    return pbd.entry(str(Path(__file__).resolve().parents[1] / "programs" / "aliasing.fut"), name,
+                     backend="cuda", unified_memory=0)
+
+
+def test_a_result_that_is_its_argument_keeps_the_block_alive():
+    ident = aliasing_entry("ident")
+    n = 1 << 20
+    block = cupy.arange(n, dtype=cupy.int32)
+    ptr = block.data.ptr
+    out = call_entry(ident, (block,), sync=True)
+    if out.data.ptr != ptr:
+        pytest.skip("Futhark's cuda backend copied the argument here: no block memory to keep alive")
+    del block  # Dask releases the input block; the result still views its memory
+    gc.collect()
+    fill = [cupy.full(n, -1, dtype=cupy.int32) for _ in range(4)]  # CuPy's pool would hand its memory out again
+    cupy.cuda.get_current_stream().synchronize()
+    np.testing.assert_array_equal(cupy.asnumpy(out), np.arange(n, dtype=np.int32))
+    del fill
+
+
+def test_a_consumed_parameter_gets_a_copy_and_the_block_is_unchanged():
+    set0 = aliasing_entry("set0")
+    block = cupy.arange(10, dtype=cupy.int32)
+    for sync in (True, False):
+        out = call_entry(set0, (block, np.int32(7)), sync=sync)
+        np.testing.assert_array_equal(cupy.asnumpy(out), [7, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+        np.testing.assert_array_equal(cupy.asnumpy(block), np.arange(10, dtype=np.int32))  # Dask's block as it was
