@@ -43,6 +43,11 @@ def main(path):
     x = cupy.ones(1024, np.float32)
     h = kind.from_cuda(x)
     stream = cupy.cuda.get_current_stream()
+
+    def enter_exit():
+        with cupy.cuda.Device(0):
+            pass
+
     pieces = {
         "worker_slot": lambda: worker_slot(entry.library),
         "device_ordinal(worker_device)": lambda: device_ordinal(worker_device(entry.library)),
@@ -51,7 +56,7 @@ def main(path):
         "entry + context.sync + free": lambda: (lambda r: (lib.context.sync(), r.free()))(ep(a, h, h)),
         "context.sync alone": lambda: lib.context.sync(),
         "stream.synchronize alone": lambda: stream.synchronize(),
-        "cupy Device(0) enter/exit": lambda: cupy.cuda.Device(0).__enter__() and None,
+        "cupy Device(0) enter/exit": enter_exit,
         "get_current_stream().ptr": lambda: cupy.cuda.get_current_stream().ptr,
         "is_device_array": lambda: blocks.is_device_array(x),
         "cupy saxpy + sync": lambda: (a * x + x, stream.synchronize()),

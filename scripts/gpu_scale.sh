@@ -24,7 +24,8 @@
 #   make cuda                               # build/cuda: cubin, PTX, host launchers (optional: built here if missing)
 #   DASK_CUDA_BINARY="cuda_core cuda_bindings" scripts/prepare-device-carry.sh --wheels-only
 #   cp -r ../shared/gpu-wheels .gpu-wheels  # PyCUDA, cffi, ...
-# Carry: .gpu-wheels .whl build/futhark/cuda (and build/cuda).
+# Carry: .gpu-wheels .whl build/futhark/cuda (and build/cuda; .carry-futhark for the tests that build
+# tests/programs/*.fut there).
 set -u
 QUICK=${1:-}
 TOTAL=${TOTAL:-470}
@@ -66,6 +67,7 @@ NCPU=$(nproc)
 step "install (carried wheels, no network)"
 {
   source .gpu-wheels/install.sh
+  source scripts/carried-futhark.sh   # when .carry-futhark is carried: tests that build a .fut for cuda run
   python3 -c "import distributed" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile \
     --target /tmp/gpu-site .whl/*.whl
   if ! PYTHONPATH=/tmp/gpu-site python3 -c "import dask_cuda" 2>/dev/null; then
