@@ -656,15 +656,33 @@ static int value_raw(ValueObject *self, void **out) {
     return 0;
 }
 
+/* aliases.AliasGroup's `live` and `parent`, read and written through their slot descriptors: what
+ * getattr and setattr do for a class that keeps object's attribute access and defines them in
+ * __slots__ (configure checks both), without the type look-up; any other group object: getattr. */
+static PyTypeObject *alias_type;
+static PyObject *alias_live, *alias_parent; /* the descriptors */
+static descrgetfunc alias_get;
+static descrsetfunc alias_set;
+
+static PyObject *group_get(PyObject *g, PyObject *name) {
+    if (Py_TYPE(g) == alias_type) return alias_get(name == s_live ? alias_live : alias_parent, g, (PyObject *)alias_type);
+    return PyObject_GetAttr(g, name);
+}
+
+static int group_set_live(PyObject *g, PyObject *v) {
+    if (Py_TYPE(g) == alias_type) return alias_set(alias_live, g, v);
+    return PyObject_SetAttr(g, s_live, v);
+}
+
 static int alias_drop(PyObject *g) { /* g.live -= 1 */
-    PyObject *live = PyObject_GetAttr(g, s_live);
+    PyObject *live = group_get(g, s_live);
     if (live == NULL) return -1;
     long n = PyLong_AsLong(live);
     Py_DECREF(live);
     if (n == -1 && PyErr_Occurred()) return -1;
     PyObject *nl = PyLong_FromLong(n - 1);
     if (nl == NULL) return -1;
-    int r = PyObject_SetAttr(g, s_live, nl);
+    int r = group_set_live(g, nl);
     Py_DECREF(nl);
     return r;
 }
@@ -862,9 +880,10 @@ static PyObject *value__mark_consumed(ValueObject *self, PyObject *by) {
 /* __del__: as handles._PythonValue.__del__. */
 static void value_finalize(PyObject *o) {
     ValueObject *self = (ValueObject *)o;
+    if (self->status != Py_None) return; /* released (or never made whole) */
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
-    if (self->status == Py_None && value_release_impl(self, s_freed, 0) < 0) {
+    if (value_release_impl(self, s_freed, 0) < 0) {
         if (PyErr_ExceptionMatches(PyExc_Exception)) {
             PyErr_Clear();
         } else { /* a Ctrl-C at the start left the value untouched: free it now, then report */
@@ -1458,13 +1477,13 @@ static int link_results(PlanObject *p, PyObject **a, PyObject **res) {
         int same = g != NULL && g != Py_None;
         for (Py_ssize_t i = 1; same && i < ni; i++) same = ((ValueObject *)ins[i])->aliases == g;
         if (same) {
-            PyObject *parent = PyObject_GetAttr(g, s_parent);
+            PyObject *parent = group_get(g, s_parent);
             if (parent == NULL) return -1;
             same = parent == Py_None;
             Py_DECREF(parent);
         }
         if (same) {
-            PyObject *live = PyObject_GetAttr(g, s_live);
+            PyObject *live = group_get(g, s_live);
             if (live == NULL) return -1;
             PyObject *add = PyLong_FromSsize_t(no), *nl = add ? PyNumber_Add(live, add) : NULL;
             Py_DECREF(live);
@@ -1474,7 +1493,7 @@ static int link_results(PlanObject *p, PyObject **a, PyObject **res) {
                 Py_INCREF(g);
                 Py_XSETREF(((ValueObject *)outs[k])->aliases, g);
             }
-            int r = PyObject_SetAttr(g, s_live, nl);
+            int r = group_set_live(g, nl);
             Py_DECREF(nl);
             return r;
         }
@@ -2841,12 +2860,50 @@ static PyObject *configure_cuda(PyObject *m, PyObject *args) {
 
 /* ------------------------------------------------------------------ module */
 
+/* The slot descriptors of the alias group class, where getattr would find them first: the class keeps
+ * object's attribute access and `live` and `parent` are member descriptors (of __slots__). 1 when
+ * they are used, else 0. */
+static int configure_alias_group(PyObject *group) {
+    Py_CLEAR(alias_type);
+    Py_CLEAR(alias_live);
+    Py_CLEAR(alias_parent);
+    PyTypeObject *t = (PyTypeObject *)group;
+    if (PyType_GetSlot(t, Py_tp_getattro) != PyType_GetSlot(&PyBaseObject_Type, Py_tp_getattro) ||
+        PyType_GetSlot(t, Py_tp_setattro) != PyType_GetSlot(&PyBaseObject_Type, Py_tp_setattro))
+        return 0;
+    PyObject *live = PyObject_GetAttr(group, s_live), *parent = live ? PyObject_GetAttr(group, s_parent) : NULL;
+    if (parent == NULL) {
+        Py_XDECREF(live);
+        PyErr_Clear(); /* not slots: getattr serves */
+        return 0;
+    }
+    descrgetfunc get = (descrgetfunc)PyType_GetSlot(Py_TYPE(live), Py_tp_descr_get);
+    descrsetfunc set = (descrsetfunc)PyType_GetSlot(Py_TYPE(live), Py_tp_descr_set);
+    PyObject *tname = PyObject_GetAttrString((PyObject *)Py_TYPE(live), "__name__");
+    int member = tname != NULL && PyUnicode_Check(tname) && PyUnicode_CompareWithASCIIString(tname, "member_descriptor") == 0;
+    Py_XDECREF(tname);
+    PyErr_Clear();
+    if (!member || Py_TYPE(parent) != Py_TYPE(live) || get == NULL || set == NULL) {
+        Py_DECREF(live);
+        Py_DECREF(parent);
+        return 0;
+    }
+    alias_get = get;
+    alias_set = set;
+    alias_live = live;
+    alias_parent = parent;
+    Py_INCREF(group);
+    alias_type = t;
+    return 1;
+}
+
 static PyObject *configure(PyObject *m, PyObject *args) {
-    PyObject *ihe, *join, *shared, *efm, *rel, *reg, *ints, *f64, *f32, *f16, *b;
+    PyObject *ihe, *join, *shared, *efm, *rel, *reg, *ints, *f64, *f32, *f16, *b, *group;
     double fmax;
-    if (!PyArg_ParseTuple(args, "OOOOOOO!OOOOd:configure", &ihe, &join, &shared, &efm, &rel, &reg, &PyTuple_Type, &ints,
-                          &f64, &f32, &f16, &b, &fmax))
+    if (!PyArg_ParseTuple(args, "OOOOOOO!OOOOdO!:configure", &ihe, &join, &shared, &efm, &rel, &reg, &PyTuple_Type,
+                          &ints, &f64, &f32, &f16, &b, &fmax, &PyType_Type, &group))
         return NULL;
+    int direct = configure_alias_group(group);
     PyObject **slots[] = {&InvalidHandleError, &join_fn, &shared_fn, &error_for_message, &py_release, &py_register,
                           &np_int_types, &np_float64, &np_float32, &np_float16, &np_bool};
     PyObject *vals[] = {ihe, join, shared, efm, rel, reg, ints, f64, f32, f16, b};
@@ -2855,7 +2912,7 @@ static PyObject *configure(PyObject *m, PyObject *args) {
         Py_XSETREF(*slots[i], vals[i]);
     }
     f32_max = fmax;
-    Py_RETURN_NONE;
+    return PyBool_FromLong(direct);
 }
 
 static void set_type(PyTypeObject **slot, PyObject *type) { /* Py_XSETREF is typed from 3.12 */

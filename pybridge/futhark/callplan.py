@@ -36,7 +36,7 @@ from typing import Any, Callable
 import _cffi_backend
 import numpy as np
 
-from .aliases import join, shared_with_live
+from .aliases import AliasGroup, join, shared_with_live
 from .callpath import compiled, plans_compiled
 from .context import error_for_message, function_address
 from .errors import InvalidHandleError
@@ -66,19 +66,20 @@ CODES = {name: i for i, name in enumerate(("i8", "i16", "i32", "i64", "u8", "u16
 
 
 
-def configure_compiled(**replace: Any) -> None:
+def configure_compiled(**replace: Any) -> bool:
     """Give the compiled path the Python objects it uses (once, at import). ``replace`` swaps some
     of them (by ``_callpath.configure``'s parameter names): tests inject a difference with it to
-    show that the differential test sees one (tests/test_call_path_differential.py)."""
+    show that the differential test sees one (tests/test_call_path_differential.py). Returns
+    whether the compiled path reads and writes alias groups through their slots (else getattr)."""
     parts = {"invalid_handle": InvalidHandleError, "join": join, "shared": shared_with_live,
              "error_for_message": error_for_message, "release": _PythonValue._release,
              "register": _PythonValue._register,
              "numpy_ints": tuple(_INTS - {int}), "f64": np.float64, "f32": np.float32, "f16": np.float16,
-             "bool": np.bool_, "f32_max": _F32_MAX}
+             "bool": np.bool_, "f32_max": _F32_MAX, "alias_group": AliasGroup}
     unknown = set(replace) - set(parts)
     if unknown:
         raise TypeError(f"configure_compiled: unknown parts {sorted(unknown)}")
-    compiled.configure(*{**parts, **replace}.values())
+    return bool(compiled.configure(*{**parts, **replace}.values()))
 
 
 def numpy_scalar_layouts() -> tuple[tuple[int, ...], tuple[int, ...]]:
