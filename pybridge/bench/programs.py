@@ -8,25 +8,47 @@ where the file exists; ``-- entry: a b`` names the entry points, default ``main`
   with the dataset (in Futhark's binary format, made by ``futhark dataset -b``) on stdin; the runtimes
   it writes exclude parsing and printing;
 - bare cffi: the same library's C entry function and ``futhark_context_sync`` called through cffi
-  with nothing of pybridge's call path (``run_bare``): against the executable it shows what the
-  library and the process cost, against pybridge what pybridge's Python adds;
+  with nothing of pybridge's call path (``_BareSide``): against the executable it shows what the
+  library and the process cost, against pybridge what pybridge's call path adds;
 - pybridge: the same program loaded with ``pybridge.futhark.load``, the inputs made into handles once
-  (scalars passed as the NumPy scalars a loader returns), a warm-up call, then ``N`` timed calls of
+  (scalars passed as the NumPy scalars a loader returns), a warm-up call, then timed calls of
   ``entry(*handles)`` followed by ``lib.sync()``, the results freed outside the timed region (a
-  consumed input gets a fresh handle before each call, also untimed). An entry point with a scalar
-  result synchronises before it returns (the C API's rule for reading one), as the bare call's one
-  ``futhark_context_sync`` does: its calls are timed without a second ``lib.sync()``, which would be
-  a sync the other two sides do not make (on cuda a driver round trip, about 1 µs).
+  consumed input gets a fresh handle before each call, also untimed); the handle objects of the
+  previous call's results are released inside it, as a caller's next assignment releases them.
+  An entry point with a scalar result synchronises before it returns (the C API's rule for reading
+  one), as the bare call's one ``futhark_context_sync`` does: its calls are timed without a second
+  ``lib.sync()``, which would be a sync the other two sides do not make (on cuda a driver round
+  trip, about 1 µs).
 
-The runs are split into up to five rounds that alternate executable and pybridge, so that both see
-the same machine load. The executable's runtimes are whole microseconds (its own resolution).
+The runs are split into up to six rounds that alternate the executable and the pybridge / bare
+cffi blocks, so that both see the same machine load. The executable's runtimes are whole
+microseconds (its own resolution).
+
+pybridge - bare cffi, per (program, dataset): both sides call on the same input handles, in blocks
+of ``BLOCK`` (5) calls of one side and then of the other, which side leads alternating
+(``run_paired``); at least ``--runs`` calls each, and more while ``PAIR_BUDGET_S`` (0.6 s) lasts,
+so that a short call is measured thousands of times. The figure is the median, over the block
+pairs, of the difference of the two blocks' medians, with its 95% confidence interval
+(``timing.paired_difference``: distribution-free, from the order statistics). Each block pair saw
+the same machine within a few milliseconds, so load and clock drift cancel out, and a 500 µs
+call's ±5 µs from one call to the next is not read as pybridge's: it widens the interval instead.
+The block median leaves out the first call after the other side's block, which both sides pay for
+(single calls in turn charged it to pybridge's longer path: matmul 64x64 read +2 µs where blocks
+read +0.3 µs in the same process), and an A/A run (bare against bare, pybridge against pybridge)
+reads 0 ± 0.2 µs. The interval covers the noise within one run, not what changes between
+processes: matmul 64x64 read +0.2 to +2.3 µs over 7 processes, the larger figures where the call
+itself ran in its slower mode (225 against 175 µs, bare cffi alike), with the library's own
+instruction count the same on both sides. Every row shows its figure, interval and block pairs;
+the summary's median and worst are over the rows of calls under 1 ms, the worst naming its row.
 
 The results of both must be equal (exact for integers and bools, 1e-5 relative for floats; the
 executable's binary output is read with ``pybridge.futhark.binformat``); a mismatch is reported and
-counts as a failure. Per (program, dataset): executable and pybridge medians, the difference (µs
-added per call) and the ratio. Summary per backend: median and worst added µs over calls under 1 ms
-(where a fixed cost shows), median and worst ratio over all pairs and over calls of 1 ms or more,
-against the targets (TARGET_* below; ``pybridge bench report`` shows them in BENCHMARKS.md).
+counts as a failure. Per (program, dataset): executable, bare cffi and pybridge medians, the
+difference to the executable (µs added per call), the ratio, and pybridge - bare cffi (above).
+Summary per backend: median and worst added µs over calls under 1 ms (where a fixed cost shows),
+pybridge - bare cffi median and worst over the same calls, median and worst ratio over all pairs
+and over calls of 1 ms or more, against the targets (TARGET_* below; ``pybridge bench report``
+shows them in BENCHMARKS.md).
 
 On a machine without the Futhark compiler (the GPU machine), ``--prepare DIR`` (run where Futhark
 is) writes the generated C and the literal datasets, and ``--prebuilt DIR`` compiles and runs them
