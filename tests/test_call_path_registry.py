@@ -183,14 +183,25 @@ def test_entries_keep_the_form_registration_gave_them(both) -> None:
 # ---------------------------------------------------------------- failures midway
 
 
-class _RaisingGroup:
-    """An alias group whose count cannot be read: a release stops after the status is set."""
+class _BrokenGroup:
+    """An alias group one of whose attributes cannot be read: ``live`` (a release stops after the
+    status is set) or ``parent`` (the alias link of a call's results fails)."""
 
-    parent = None
+    def __init__(self, broken: str) -> None:
+        self.broken = broken
+
+    def _read(self, name: str, value: Any) -> Any:
+        if name == self.broken:
+            raise RuntimeError(f"this group's {name} cannot be read")
+        return value
 
     @property
     def live(self) -> int:
-        raise RuntimeError("this group's count cannot be read")
+        return self._read("live", 1)  # type: ignore[no-any-return]
+
+    @property
+    def parent(self) -> Any:
+        return self._read("parent", None)
 
 
 def test_a_handle_dying_registered_leaves_its_entry_for_the_next_handle_at_its_address(both) -> None:
@@ -199,7 +210,7 @@ def test_a_handle_dying_registered_leaves_its_entry_for_the_next_handle_at_its_a
     for lib in (fast, slow):
         x = lib.types["[]i32"].new(np.arange(3, dtype=np.int32))
         h = lib.copyof(x)
-        h._aliases = _RaisingGroup()
+        h._aliases = _BrokenGroup("live")
         with pytest.raises(RuntimeError, match="cannot be read") as e:
             h.free()
         key = id(h)
@@ -228,22 +239,12 @@ def test_a_handle_dying_registered_leaves_its_entry_for_the_next_handle_at_its_a
     assert outcomes[0] == outcomes[1]
 
 
-class _RaisingParent:
-    """An alias group whose root cannot be read: the alias link of a call's results fails."""
-
-    live = 1
-
-    @property
-    def parent(self) -> Any:
-        raise RuntimeError("this group's root cannot be read")
-
-
 def test_a_call_whose_link_fails_after_the_c_call_frees_every_result(both) -> None:
     fast, slow = both
     seen = []
     for lib in (fast, slow):
         x = lib.types["[]i32"].new(np.arange(3, dtype=np.int32))
-        x._aliases = _RaisingParent()
+        x._aliases = _BrokenGroup("parent")
         gc.collect()
         before = lib.live_values()
         with pytest.raises(RuntimeError) as e:

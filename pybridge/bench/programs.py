@@ -35,7 +35,7 @@ call's ±5 µs from one call to the next is not read as pybridge's: it widens th
 The block median leaves out the first call after the other side's block, which both sides pay for
 (single calls in turn charged it to pybridge's longer path: matmul 64x64 read +2 µs where blocks
 read +0.3 µs in the same process), and an A/A run (bare against bare, pybridge against pybridge)
-reads 0 ± 0.2 µs. The interval covers the noise within one run, not what changes between
+reads 0 within ±0.5 µs. The interval covers the noise within one run, not what changes between
 processes: matmul 64x64 read +0.2 to +2.3 µs over 7 processes, the larger figures where the call
 itself ran in its slower mode (225 against 175 µs, bare cffi alike), with the library's own
 instruction count the same on both sides. Every row shows its figure, interval and block pairs;

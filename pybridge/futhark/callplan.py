@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import _cffi_backend
+import _cffi_backend  # type: ignore[import-untyped]  # cffi's own backend (no stubs)
 import numpy as np
 
 from .aliases import AliasGroup, join, shared_with_live
@@ -111,6 +111,7 @@ def cffi_pointer_layout() -> bool:
     it (_callpath.c, cffi_layout: checked on pointers cffi made here by a cast and by reading a
     cell, as Futhark's results arrive); where not, it asks ``ffi.cast`` for it. cffi's backend
     makes the types: an FFI would import its C parser, which ``import pybridge.futhark`` does not."""
+    assert compiled is not None
     struct_ptr = _cffi_backend.new_pointer_type(_cffi_backend.new_struct_type("struct pybridge_layout_probe"))
     address = 0x5EED_0000_1234_5678
     made = _cffi_backend.cast(struct_ptr, address)
