@@ -4,12 +4,15 @@ real programs (c backend) whose results must equal the executable's."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from pybridge.bench import cli, programs
+from pybridge.bench.timing import paired_difference
 from pybridge.futhark.build import futhark_compiler
 
 pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
@@ -101,8 +104,8 @@ def test_bare_runs_leave_nothing_behind(name: str, entry: str, monkeypatch) -> N
         outs = sum(o.type not in ("f16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "bool")
                    for o in info.outputs)
         ins = sum(not isinstance(v, np.generic) for v in values)
-        made = 1 + runs if any(p.unique for p in info.inputs) else 1  # handles() calls: fresh inputs each run
-        assert frees["n"] == (runs + 1) * outs + ins * made, (frees, outs, ins, made)
+        consumed = sum(p.unique for p in info.inputs)  # renewed before each call after the first
+        assert frees["n"] == (runs + 1) * outs + ins + runs * consumed, (frees, outs, ins, consumed)
         _, results = programs.run_pybridge(lib, entry, values, 1)
         assert lib.live_values() == before and len(results) == len(info.outputs)
 
@@ -167,23 +170,24 @@ def test_a_closed_stdout_still_writes_the_json(tmp_path):
 
 @pytest.mark.parametrize("runs", [1, 2, 5, 20, 31])
 def test_pair_rotates_which_side_runs_first_and_splits_the_runs(monkeypatch, runs):
-    """The executable, pybridge and the bare cffi call alternate in rounds, each round led by the
-    next side (none always runs first after another process used the device), and every side makes
-    exactly ``runs`` timed calls."""
+    """The executable and the pybridge / bare cffi blocks alternate in rounds, each round led by
+    the other (neither always runs first after another process used the device), each asked for
+    ``runs`` calls in all; pybridge - bare is the median of the block pairs' differences."""
     calls: list[tuple[str, int]] = []
 
-    def fake(name, value):
-        def side(*args):
-            n = args[3]  # every side takes its number of runs fourth
-            calls.append((name, n))
-            return ([value] * n, [7]) if name != "bare" else [value] * n
-        return side
+    def exe(*args):
+        calls.append(("exe", args[3]))
+        return [10.0] * args[3], [7]
+
+    def paired(lib, entry, values, n, budget_s=0.0, max_calls=0, block=programs.BLOCK):
+        calls.append(("paired", n))
+        k = len([c for c in calls if c[0] == "paired"])
+        return programs.Paired([12.0] * n, [11.0] * n, [12.0 + k, 12.0], [11.0, 11.0], [7])
 
     monkeypatch.setattr(programs, "dataset_bytes", lambda *a, **k: b"")
     monkeypatch.setattr(programs, "read_values", lambda *a, **k: [])
-    monkeypatch.setattr(programs, "run_executable", fake("exe", 10.0))
-    monkeypatch.setattr(programs, "run_pybridge", fake("pybridge", 12.0))
-    monkeypatch.setattr(programs, "run_bare", fake("bare", 11.0))
+    monkeypatch.setattr(programs, "run_executable", exe)
+    monkeypatch.setattr(programs, "run_paired", paired)
 
     class Lib:
         backend = "c"
@@ -191,12 +195,117 @@ def test_pair_rotates_which_side_runs_first_and_splits_the_runs(monkeypatch, run
     prog = programs.Program(Path("p.fut"), [])
     ds = programs.Dataset("main", "input", "1", "#0")
     r = programs._pair(None, prog, ds, Path("exe"), Lib(), "programs (c)", runs, 10.0)
-    for name in ("exe", "pybridge", "bare"):
+    for name in ("exe", "paired"):
         assert sum(n for side, n in calls if side == name) == runs
-    rounds = [calls[i:i + 3] for i in range(0, len(calls), 3)]
-    assert all(sorted(s for s, _ in rnd) == ["bare", "exe", "pybridge"] for rnd in rounds)
+    rounds = [calls[i:i + 2] for i in range(0, len(calls), 2)]
+    assert all(sorted(s for s, _ in rnd) == ["exe", "paired"] for rnd in rounds)
     leaders = [rnd[0][0] for rnd in rounds]
-    assert leaders == (["exe", "pybridge", "bare"] * 2)[:len(rounds)]
-    if len(rounds) >= 3:
-        assert set(leaders) == {"exe", "pybridge", "bare"}
+    assert leaders == (["exe", "paired"] * 6)[:len(rounds)]
     assert r["median_us"] == 12.0 and r["exe_us"] == 10.0 and r["bare_us"] == 11.0 and r["equal"]
+    # block pairs: differences 1 + k (k-th round) and 1 for every round: their median, 2 per round
+    diffs = sorted([1.0 + k for k in range(1, len(rounds) + 1)] + [1.0] * len(rounds))
+    assert r["over_bare_us"] == statistics.median(diffs) and r["block_pairs"] == 2 * len(rounds)
+    assert r["over_bare_lo_us"] <= r["over_bare_us"] <= r["over_bare_hi_us"]
+
+
+# ---------------------------------------------------------------- pybridge - bare: blocks in turn, paired
+
+
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=300).flatmap(
+    lambda a: st.tuples(st.just(a), st.lists(st.floats(-1e6, 1e6), min_size=len(a), max_size=len(a)))),
+       st.floats(-1e3, 1e3))
+def test_paired_difference_is_the_median_of_differences_inside_its_interval(ab, shift) -> None:
+    a, b = ab
+    d = paired_difference(a, b)
+    diffs = sorted(x - y for x, y in zip(a, b))
+    assert d["median"] == statistics.median(diffs) and d["pairs"] == len(a)
+    assert d["lo"] <= d["median"] <= d["hi"] and d["lo"] in diffs and d["hi"] in diffs
+    moved = paired_difference([x + shift for x in a], b)  # a constant added to one side moves it all
+    for k in ("median", "lo", "hi"):
+        assert moved[k] == pytest.approx(d[k] + shift, abs=1e-6 * (1 + abs(d[k]) + abs(shift)))
+
+
+@pytest.mark.parametrize("n, rank", [(6, 1), (10, 2), (20, 6), (50, 18), (100, 40)])
+def test_paired_difference_interval_is_the_binomial_one(n: int, rank: int) -> None:
+    """The 95% interval of a median: order statistics ``rank`` and ``n + 1 - rank`` (1-based), as
+    the binomial(n, 1/2) tables give them."""
+    d = paired_difference([float(i) for i in range(n)], [0.0] * n)
+    assert (d["lo"], d["hi"]) == (rank - 1, n - rank)
+    with pytest.raises(ValueError):
+        paired_difference([1.0], [])
+
+
+class _Side:
+    """A fake side: ``base`` µs, plus ``switch`` µs on a call right after the other side's."""
+
+    last: list[str] = [""]
+
+    def __init__(self, name: str, base: float, switch: float) -> None:
+        self.name, self.base, self.switch, self.results, self.last_out = name, base, switch, [], None
+
+    def call(self, keep: bool = False) -> float:
+        cost = self.base + (self.switch if _Side.last[0] not in ("", self.name) else 0.0)
+        _Side.last[0] = self.name
+        return cost
+
+
+@pytest.mark.parametrize("block, expected", [(1, None), (5, 1.0)])
+def test_blocks_leave_out_what_a_switch_between_sides_costs(monkeypatch, block: int, expected: float | None) -> None:
+    """pybridge 1 µs over bare, and the first call after the other side's calls 3 µs (pybridge's)
+    or 1 µs (bare) dearer: single calls in turn read the switch as pybridge's (2 µs); in blocks of
+    5 the median of each block leaves the switch out (1 µs). Blocks alternate which side leads."""
+    _Side.last[0] = ""
+    order: list[str] = []
+    py, bare = _Side("py", 11.0, 3.0), _Side("bare", 10.0, 1.0)
+
+    def record(side: _Side) -> _Side:
+        real = side.call
+
+        def call(keep: bool = False) -> float:
+            order.append(side.name)
+            return real(keep)
+
+        side.call = call  # type: ignore[method-assign]
+        return side
+
+    class Inputs:
+        def __init__(self, *a: object) -> None: ...
+        def close(self) -> None: ...
+
+    monkeypatch.setattr(programs, "_Inputs", Inputs)
+    monkeypatch.setattr(programs, "_PybridgeSide", lambda *a: record(py))
+    monkeypatch.setattr(programs, "_BareSide", lambda *a: record(bare))
+    got = programs.run_paired(None, "main", [], 40, block=block)
+    assert len(got.py_us) == len(got.bare_us) == 40 and len(got.py_blocks) == 40 // block
+    d = paired_difference(got.py_blocks, got.bare_blocks)
+    assert d["median"] == (2.0 if expected is None else expected)
+    pattern = [s for k in range(40 // block) for s in (["py"] * block + ["bare"] * block)[::1 if k % 2 == 0 else -1]]
+    assert order == ["bare", "py", *pattern, "py"]  # warm-ups, the blocks, the untimed call for the results
+
+
+@needs_futhark
+def test_paired_runs_share_inputs_renew_consumed_ones_and_leave_nothing_behind(monkeypatch) -> None:
+    """run_paired on consume.fut (its first argument consumed): both sides call on the same
+    handles, a consumed one renewed before every call; pybridge's results equal the executable's
+    reference (NumPy here), nothing stays registered; without a bare call, pybridge's alone."""
+    import pybridge.futhark as pf
+
+    prog = programs.parse_program(PROGRAMS / "consume.fut")
+    ds = prog.datasets[0]
+    values = programs.read_values(programs.dataset_bytes(None, prog, ds, seed=3), ds.describe())
+    with pf.load(PROGRAMS / "consume.fut", backend="c") as lib:
+        before = lib.live_values()
+        got = programs.run_paired(lib, ds.entry, values, 10, block=5)
+        assert len(got.py_us) == len(got.bare_us) == 10 and len(got.py_blocks) == len(got.bare_blocks) == 2
+        assert lib.live_values() == before
+        ref = values[0].copy()
+        np.add.at(ref, np.abs(values[1]) % len(ref), 1)  # consume.fut: counts of |xs| % m added to counts
+        np.testing.assert_array_equal(got.results[0], ref)
+
+        def broken(*a: object) -> None:
+            raise RuntimeError("no bare call here")
+
+        monkeypatch.setattr(programs, "_BareSide", broken)
+        alone = programs.run_paired(lib, ds.entry, values, 4)
+        assert alone.bare_us is None and len(alone.py_us) == 4 and not alone.py_blocks
+        assert lib.live_values() == before

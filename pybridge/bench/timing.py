@@ -10,6 +10,7 @@ measures only the launch.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -153,6 +154,29 @@ def measure_interleaved(fns: dict[str, tuple[Callable[[], Any], Callable[[], Any
             fn, sync = fns[name]
             samples[name] += _batch_samples(fn, sync, calls, 1, 0)
     return {name: summarize(samples[name]) for name in names}
+
+
+def paired_difference(a: list[float], b: list[float]) -> dict[str, float]:
+    """``a - b`` from samples taken in pairs (``a[k]`` and ``b[k]`` one right after the other, the
+    order alternating): the median of the paired differences, its 95% confidence interval and
+    their interquartile range, in the samples' unit. Pairing cancels what moves both (load, clocks,
+    a cache); the median of the differences is what one side adds, not the spread of one call, and
+    the interval says how well it is known. The interval is distribution-free: the order statistics
+    ``d[m]`` and ``d[n-1-m]`` for the largest ``m`` with P(B <= m) <= 2.5%, B ~ binomial(n, 1/2)
+    the count of differences below the true median (below 6 pairs: the whole range, which then
+    covers less than 95%)."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired samples of equal, non-zero length needed, got {len(a)} and {len(b)}")
+    d = sorted(x - y for x, y in zip(a, b))
+    n = len(d)
+    m, below, log_all = 0, 0.0, math.lgamma(n + 1) - n * math.log(2)
+    for k in range(n // 2):
+        below += math.exp(log_all - math.lgamma(k + 1) - math.lgamma(n - k + 1))  # P(B <= k)
+        if below > 0.025:
+            break
+        m = k
+    q = statistics.quantiles(d, n=4) if n >= 4 else [d[0], 0.0, d[-1]]
+    return {"median": statistics.median(d), "lo": d[m], "hi": d[n - 1 - m], "iqr": q[2] - q[0], "pairs": n}
 
 
 class Progress:

@@ -52,7 +52,7 @@ enum { C_I8, C_I16, C_I32, C_I64, C_U8, C_U16, C_U32, C_U64, C_F16, C_F32, C_F64
 
 /* ------------------------------------------------------------------ configured once (configure()) */
 
-static PyObject *InvalidHandleError, *join_fn, *shared_fn, *error_for_message, *py_release, *np_int_types;
+static PyObject *InvalidHandleError, *join_fn, *shared_fn, *error_for_message, *py_release, *py_register, *np_int_types;
 static PyObject *np_float64, *np_float32, *np_float16, *np_bool;
 static double f32_max;
 static PyObject *s_freed, *s_live, *s_parent, *s_acquire, *s_release, *s_describe, *s_error, *s_free, *s_state,
@@ -200,13 +200,35 @@ static PyTypeObject *LockType;
 
 /* ------------------------------------------------------------------ State */
 
+/* The registry (docs/DESIGN.md, "Compiled call path"). Every live value is registered with its
+ * context's state, so that close() frees what is left and a value is freed once, by the handle that
+ * owns it. A value registered in C (a plan's or RawNew's result, a handle's _register()) is on the
+ * state's list: two links in its handle, no allocation and no dictionary operation. `values`
+ * (id(handle) -> (free function, pointer or address)) holds the rest: values the Python plans
+ * registered, and entries whose handle died registered (an interrupt kept its finaliser from the
+ * lock), which free_orphan frees when a new handle takes that id and close() frees otherwise.
+ * Python code sees one registry: reading `state.values` first moves every listed value into the
+ * dictionary (state_flush), each entry as its registration in Python would have written it. */
+struct ValueObject;
+
+typedef struct { /* a handle type of the context's library, as State._native gave it */
+    PyObject *free_fn, *ctype; /* its cffi free function and the cffi type of its pointers */
+    free_fn_c free_c;          /* the free function's address */
+} Native;
+
 typedef struct {
     PyObject_HEAD
     char open;
     PyObject *lock, *values;
     PyObject *acquire, *release; /* the lock's bound methods */
     unsigned long long raw_ctx;
+    struct ValueObject *listed; /* the values registered on the list (most recent first) */
+    Py_ssize_t n_listed;
+    Native *natives;
+    Py_ssize_t n_natives;
 } StateObject;
+
+static int state_flush(StateObject *s);
 
 static int state_lock(StateObject *s) {
     if (s->lock != NULL && Py_TYPE(s->lock) == LockType) return lock_take((LockObject *)s->lock, -1) < 0 ? -1 : 0;
@@ -265,11 +287,75 @@ static int state_set_lock(StateObject *s, PyObject *v, void *c) {
     return 0;
 }
 
+/* `values`: the whole registry as a dictionary (the listed values moved into it first). */
+static PyObject *state_get_values(StateObject *s, void *c) {
+    if (s->values == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "values");
+        return NULL;
+    }
+    if (state_flush(s) < 0) return NULL;
+    Py_INCREF(s->values);
+    return s->values;
+}
+
+static int state_set_values(StateObject *s, PyObject *v, void *c) {
+    if (v == NULL || !PyDict_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "State.values must be a dict");
+        return -1;
+    }
+    if (s->values != NULL && state_flush(s) < 0) return -1; /* the listed values belong to the old one */
+    Py_INCREF(v);
+    Py_XSETREF(s->values, v);
+    return 0;
+}
+
+/* State._native(free_function, free_address, pointer_type): a handle type of this context's
+ * library (kinds.py, at load): a handle registered from Python whose free function is this one is
+ * freed through the address, and its pointer, when it is of this type, is read where cffi keeps it
+ * (cffi_layout). */
+static PyObject *state_native(StateObject *s, PyObject *args) {
+    PyObject *free_fn, *addr, *ctype;
+    if (!PyArg_ParseTuple(args, "OOO:_native", &free_fn, &addr, &ctype)) return NULL;
+    void *f = PyLong_AsVoidPtr(addr);
+    if (f == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "_native: null free function");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < s->n_natives; i++)
+        if (s->natives[i].free_fn == free_fn) Py_RETURN_NONE; /* the first one stays */
+    Native *n = PyMem_Realloc(s->natives, (size_t)(s->n_natives + 1) * sizeof(Native));
+    if (n == NULL) return PyErr_NoMemory();
+    s->natives = n;
+    Py_INCREF(free_fn);
+    Py_INCREF(ctype);
+    n[s->n_natives].free_fn = free_fn;
+    n[s->n_natives].ctype = ctype;
+    n[s->n_natives].free_c = (free_fn_c)f;
+    s->n_natives++;
+    Py_RETURN_NONE;
+}
+
+static Native *state_find_native(StateObject *s, PyObject *free_fn) {
+    for (Py_ssize_t i = 0; i < s->n_natives; i++)
+        if (s->natives[i].free_fn == free_fn) return &s->natives[i];
+    return NULL;
+}
+
+static void list_forget_all(StateObject *s);
+
 static int state_clear(StateObject *s) {
+    list_forget_all(s); /* none: a listed handle holds its state */
     Py_CLEAR(s->lock);
     Py_CLEAR(s->values);
     Py_CLEAR(s->acquire);
     Py_CLEAR(s->release);
+    for (Py_ssize_t i = 0; i < s->n_natives; i++) {
+        Py_CLEAR(s->natives[i].free_fn);
+        Py_CLEAR(s->natives[i].ctype);
+    }
+    PyMem_Free(s->natives);
+    s->natives = NULL;
+    s->n_natives = 0;
     return 0;
 }
 
@@ -283,13 +369,23 @@ static void state_dealloc(StateObject *s) {
 
 static PyMemberDef state_members[] = {
     {"open", T_BOOL, offsetof(StateObject, open), 0, "False once close() began"},
-    {"values", T_OBJECT_EX, offsetof(StateObject, values), 0, "id(handle) -> (free function, pointer)"},
     {"_raw_ctx", T_ULONGLONG, offsetof(StateObject, raw_ctx), 0, "the struct futhark_context * as an address"},
+    {"_listed", T_PYSSIZET, offsetof(StateObject, n_listed), READONLY, "values registered on the list, not yet in `values`"},
     {NULL},
 };
 
 static PyGetSetDef state_getset[] = {
     {"lock", (getter)state_get_lock, (setter)state_set_lock, "the context's one lock", NULL},
+    {"values", (getter)state_get_values, (setter)state_set_values,
+     "the registry: id(handle) -> (free function, pointer or address), every registered value", NULL},
+    {NULL},
+};
+
+static PyObject *state_free_listed(StateObject *s, PyObject *unused);
+
+static PyMethodDef state_methods[] = {
+    {"_native", (PyCFunction)state_native, METH_VARARGS, "Learn a handle type's free function address and pointer type."},
+    {"_free_listed", (PyCFunction)state_free_listed, METH_NOARGS, "close(): free the values registered on the list."},
     {NULL},
 };
 
@@ -297,6 +393,7 @@ static PyType_Slot state_slots[] = {
     {Py_tp_dealloc, state_dealloc},
     {Py_tp_members, state_members},
     {Py_tp_getset, state_getset},
+    {Py_tp_methods, state_methods},
     {Py_tp_new, PyType_GenericNew},
     {Py_tp_doc, "Storage of a Futhark context's shared state (context._State subclasses it)."},
     {0, NULL},
@@ -307,16 +404,113 @@ static PyType_Spec state_spec = {"pybridge.futhark._callpath.State", sizeof(Stat
 
 /* ------------------------------------------------------------------ Value */
 
-typedef struct {
+typedef struct ValueObject {
     PyObject_HEAD
     PyObject *library, *ctx, *ptr, *status, *free_fn, *keep, *aliases, *kind, *shape, *weakreflist;
     StateObject *state; /* ctx._state when it is a State (else the Python release runs) */
     void *raw;          /* the value's address, when known (has_raw) */
     int has_raw;
     free_fn_c free_c; /* the free function, when known */
+    int listed;       /* on its state's list (registered there): LISTED_ADDRESS or LISTED_POINTER */
+    struct ValueObject *prev, *next; /* its neighbours on that list */
 } ValueObject;
 
+/* How a listed value's entry reads once moved into `values`: (free function, address), as a plan
+ * registers its results, or (free function, pointer object), as Python registration does. */
+enum { LISTED_ADDRESS = 1, LISTED_POINTER = 2 };
+
 #define IS_STATE(o) (PyObject_TypeCheck((o), StateType))
+
+/* cffi pointer objects read in place: a cffi cdata is its object header, its type (a cffi ctype),
+ * then, for a pointer, the pointer itself (cffi's CDataObject). cffi_layout() checks this on the
+ * cffi in use, at import (callplan.py); where it does not hold, cdata_type stays NULL and the
+ * address is found by ffi.cast as before. */
+static PyTypeObject *cdata_type;
+#define CDATA_CTYPE(o) (*(PyObject **)((char *)(o) + sizeof(PyObject)))
+#define CDATA_POINTER(o) (*(void **)((char *)(o) + sizeof(PyObject) + sizeof(PyObject *)))
+
+static void list_add(StateObject *s, ValueObject *h, int form) {
+    h->listed = form;
+    h->prev = NULL;
+    h->next = s->listed;
+    if (s->listed != NULL) s->listed->prev = h;
+    s->listed = h;
+    s->n_listed++;
+}
+
+static void list_remove(ValueObject *h) { /* h is on its state's list */
+    StateObject *s = h->state;
+    if (h->prev != NULL) h->prev->next = h->next;
+    else s->listed = h->next;
+    if (h->next != NULL) h->next->prev = h->prev;
+    h->prev = h->next = NULL;
+    h->listed = 0;
+    s->n_listed--;
+}
+
+static void list_forget_all(StateObject *s) {
+    while (s->listed != NULL) list_remove(s->listed);
+}
+
+/* Move a listed value's registration into `values`: 0, or -1 with an exception (still listed). */
+static int list_to_dict(ValueObject *h) {
+    StateObject *s = h->state;
+    if (s->values == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "values");
+        return -1;
+    }
+    PyObject *key = PyLong_FromVoidPtr(h), *where = NULL, *entry = NULL;
+    if (key == NULL) return -1;
+    if (h->listed == LISTED_ADDRESS || h->ptr == NULL) {
+        where = PyLong_FromVoidPtr(h->raw);
+    } else {
+        Py_INCREF(h->ptr);
+        where = h->ptr;
+    }
+    entry = where == NULL ? NULL : PyTuple_Pack(2, h->free_fn ? h->free_fn : Py_None, where);
+    int r = entry == NULL ? -1 : 0;
+    /* still listed after those allocations (a collection they start may run a finaliser that frees it) */
+    if (r == 0 && h->listed) {
+        r = PyDict_SetItem(s->values, key, entry);
+        if (r == 0) list_remove(h);
+    }
+    Py_DECREF(key);
+    Py_XDECREF(where);
+    Py_XDECREF(entry);
+    return r;
+}
+
+static int state_flush(StateObject *s) {
+    while (s->listed != NULL)
+        if (list_to_dict(s->listed) < 0) return -1;
+    return 0;
+}
+
+/* A handle that dies registered (its finaliser could not take the lock: interrupted while it
+ * waited): its entry goes into `values`, where free_orphan or close() frees the value. */
+static void list_orphan(ValueObject *h) {
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    if (list_to_dict(h) < 0) { /* no memory for the entry: the value is left to the context's free */
+        list_remove(h);
+        PyErr_WriteUnraisable(NULL);
+    }
+    PyErr_Restore(t, v, tb);
+}
+
+/* A handle registered from Python holds cffi objects: its pointer and its free function. Where its
+ * state knows its type (State._native) a plan passes the address read from the pointer object
+ * (cffi_layout) and the free calls the function by its address, as for a plan's result. */
+static void value_native(ValueObject *self) {
+    StateObject *s = self->state;
+    Native *n = s != NULL && self->free_fn != NULL ? state_find_native(s, self->free_fn) : NULL;
+    if (n == NULL) return;
+    if (self->free_c == NULL) self->free_c = n->free_c;
+    if (!self->has_raw && self->ptr != NULL && Py_TYPE(self->ptr) == cdata_type && CDATA_CTYPE(self->ptr) == n->ctype) {
+        self->raw = CDATA_POINTER(self->ptr);
+        self->has_raw = 1;
+    }
+}
 
 static PyObject *value_describe(ValueObject *self) { return PyObject_CallMethodObjArgs((PyObject *)self, s_describe, NULL); }
 
@@ -339,6 +533,7 @@ static PyObject *value_get__ptr(ValueObject *self, void *c) {
 }
 
 static int value_set__ptr(ValueObject *self, PyObject *v, void *c) {
+    if (self->listed && list_to_dict(self) < 0) return -1; /* its entry keeps the pointer it had */
     Py_XINCREF(v);
     Py_XSETREF(self->ptr, v);
     self->has_raw = 0; /* found again from the new object when a plan needs it */
@@ -355,6 +550,7 @@ static PyObject *value_get__ctx(ValueObject *self, void *c) {
 }
 
 static int value_set__ctx(ValueObject *self, PyObject *v, void *c) {
+    if (self->listed && list_to_dict(self) < 0) return -1; /* registered with the context it had */
     Py_CLEAR(self->state);
     if (v != NULL) {
         PyObject *st = PyObject_GetAttr(v, s_state);
@@ -372,6 +568,7 @@ static int value_set__ctx(ValueObject *self, PyObject *v, void *c) {
 }
 
 static int value_set__free_fn(ValueObject *self, PyObject *v, void *c) {
+    if (self->listed && list_to_dict(self) < 0) return -1;
     Py_XINCREF(v);
     Py_XSETREF(self->free_fn, v);
     self->free_c = NULL;
@@ -435,6 +632,7 @@ static PyObject *value_get_ptr(ValueObject *self, void *c) {
 
 /* The value's address for a C call (cached). */
 static int value_raw(ValueObject *self, void **out) {
+    if (!self->has_raw) value_native(self);
     if (!self->has_raw) {
         if (self->ptr == NULL || self->library == NULL) {
             PyErr_SetString(PyExc_AttributeError, "_ptr");
@@ -458,15 +656,33 @@ static int value_raw(ValueObject *self, void **out) {
     return 0;
 }
 
+/* aliases.AliasGroup's `live` and `parent`, read and written through their slot descriptors: what
+ * getattr and setattr do for a class that keeps object's attribute access and defines them in
+ * __slots__ (configure checks both), without the type look-up; any other group object: getattr. */
+static PyTypeObject *alias_type;
+static PyObject *alias_live, *alias_parent; /* the descriptors */
+static descrgetfunc alias_get;
+static descrsetfunc alias_set;
+
+static PyObject *group_get(PyObject *g, PyObject *name) {
+    if (Py_TYPE(g) == alias_type) return alias_get(name == s_live ? alias_live : alias_parent, g, (PyObject *)alias_type);
+    return PyObject_GetAttr(g, name);
+}
+
+static int group_set_live(PyObject *g, PyObject *v) {
+    if (Py_TYPE(g) == alias_type) return alias_set(alias_live, g, v);
+    return PyObject_SetAttr(g, s_live, v);
+}
+
 static int alias_drop(PyObject *g) { /* g.live -= 1 */
-    PyObject *live = PyObject_GetAttr(g, s_live);
+    PyObject *live = group_get(g, s_live);
     if (live == NULL) return -1;
     long n = PyLong_AsLong(live);
     Py_DECREF(live);
     if (n == -1 && PyErr_Occurred()) return -1;
     PyObject *nl = PyLong_FromLong(n - 1);
     if (nl == NULL) return -1;
-    int r = PyObject_SetAttr(g, s_live, nl);
+    int r = group_set_live(g, nl);
     Py_DECREF(nl);
     return r;
 }
@@ -475,6 +691,7 @@ static int alias_drop(PyObject *g) { /* g.live -= 1 */
 static int value_free_now(ValueObject *self) {
     StateObject *s = self->state;
     long rc;
+    if (self->free_c == NULL || !self->has_raw) value_native(self);
     if (self->free_c != NULL && self->has_raw) {
         int r;
         void *ctx = (void *)(uintptr_t)s->raw_ctx, *raw = self->raw;
@@ -542,7 +759,10 @@ static int value_release_impl(ValueObject *self, PyObject *status, int locked) {
     Py_INCREF(status);
     Py_XSETREF(self->status, status);
     if (self->aliases != NULL && self->aliases != Py_None && alias_drop(self->aliases) < 0) rc = -1;
-    if (rc == 0 && s->open) {
+    if (rc == 0 && s->open && self->listed) {
+        list_remove(self);
+        if (value_free_now(self) < 0) rc = -1;
+    } else if (rc == 0 && s->open) {
         PyObject *key = PyLong_FromVoidPtr(self);
         int has = key == NULL ? -1 : PyDict_Contains(s->values, key);
         if (has > 0) {
@@ -575,6 +795,77 @@ static PyObject *value__release(ValueObject *self, PyObject *status) {
     Py_RETURN_NONE;
 }
 
+static int free_orphan(StateObject *s, PyObject *key);
+
+/* Value._register: enter this handle's value in its context's registry, Value.__init__'s last
+ * step (handles._PythonValue._register is the Python): first the value of a dead handle
+ * registered under this handle's id is freed (context._State.free_orphan; such entries are only in
+ * `values`, so an empty one needs no look-up). */
+static PyObject *value__register(ValueObject *self, PyObject *unused) {
+    StateObject *s = self->state;
+    if (s == NULL) return PyObject_CallFunctionObjArgs(py_register, (PyObject *)self, NULL);
+    if (s->values == NULL || self->free_fn == NULL || (self->ptr == NULL && !self->has_raw)) {
+        PyErr_SetString(PyExc_AttributeError, s->values == NULL ? "values" : self->free_fn == NULL ? "_free_fn" : "_ptr");
+        return NULL;
+    }
+    if (self->listed) Py_RETURN_NONE;
+    if (PyDict_Size(s->values) > 0) {
+        PyObject *key = PyLong_FromVoidPtr(self);
+        if (key == NULL) return NULL;
+        int r = s->open ? free_orphan(s, key) : 0;
+        Py_DECREF(key);
+        if (r < 0) return NULL;
+    }
+    value_native(self);
+    list_add(s, self, self->ptr != NULL ? LISTED_POINTER : LISTED_ADDRESS);
+    Py_RETURN_NONE;
+}
+
+/* State._free_listed(): close()'s free of the listed values (lock held, `open` False), as it frees
+ * the entries of `values`: each leaves the registry right before the call that frees it, the
+ * return code unread. A value freed by address or by a cffi function runs no Python code, so an
+ * interrupt surfaces after the last of those; Python code (a pointer object made, a free function
+ * written in Python) may raise one, which leaves the rest listed for the next close(). */
+static PyObject *state_free_listed(StateObject *s, PyObject *unused) {
+    PyObject *ctx = NULL;
+    while (s->listed != NULL) {
+        ValueObject *h = s->listed;
+        value_native(h);
+        if (h->free_c != NULL && h->has_raw) {
+            void *c = (void *)(uintptr_t)s->raw_ctx, *raw = h->raw;
+            free_fn_c f = h->free_c;
+            list_remove(h);
+            Py_BEGIN_ALLOW_THREADS
+            f(c, raw);
+            Py_END_ALLOW_THREADS
+            continue;
+        }
+        Py_INCREF(h); /* through the Python code below */
+        PyObject *fn = h->free_fn, *p = NULL, *r = NULL;
+        Py_XINCREF(fn);
+        if (fn == NULL) PyErr_SetString(PyExc_AttributeError, "_free_fn");
+        else if (ctx == NULL) ctx = PyObject_GetAttr((PyObject *)s, s_ctx);
+        if (fn != NULL && ctx != NULL) p = value_get__ptr(h, NULL);
+        if (p != NULL && h->listed) {
+            list_remove(h);
+            r = PyObject_CallFunctionObjArgs(fn, ctx, p, NULL);
+        } else if (p != NULL) { /* released while its pointer object was made */
+            Py_INCREF(Py_None);
+            r = Py_None;
+        }
+        Py_XDECREF(p);
+        Py_XDECREF(fn);
+        Py_DECREF(h);
+        if (r == NULL) {
+            Py_XDECREF(ctx);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    Py_XDECREF(ctx);
+    Py_RETURN_NONE;
+}
+
 static PyObject *consumed_status(PyObject *by) { return PyUnicode_FromFormat("consumed by %S", by); }
 
 static PyObject *value__mark_consumed(ValueObject *self, PyObject *by) {
@@ -589,9 +880,10 @@ static PyObject *value__mark_consumed(ValueObject *self, PyObject *by) {
 /* __del__: as handles._PythonValue.__del__. */
 static void value_finalize(PyObject *o) {
     ValueObject *self = (ValueObject *)o;
+    if (self->status != Py_None) return; /* released (or never made whole) */
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
-    if (self->status == Py_None && value_release_impl(self, s_freed, 0) < 0) {
+    if (value_release_impl(self, s_freed, 0) < 0) {
         if (PyErr_ExceptionMatches(PyExc_Exception)) {
             PyErr_Clear();
         } else { /* a Ctrl-C at the start left the value untouched: free it now, then report */
@@ -631,6 +923,7 @@ static int value_traverse(ValueObject *self, visitproc visit, void *arg) {
 }
 
 static int value_clear(ValueObject *self) {
+    if (self->listed) list_orphan(self);
     Py_CLEAR(self->library);
     Py_CLEAR(self->ctx);
     Py_CLEAR(self->ptr);
@@ -675,6 +968,7 @@ static PyMethodDef value_methods[] = {
     {"free", (PyCFunction)value_free, METH_NOARGS, "Release this reference now. Idempotent."},
     {"_release", (PyCFunction)value__release, METH_O, NULL},
     {"_mark_consumed", (PyCFunction)value__mark_consumed, METH_O, NULL},
+    {"_register", (PyCFunction)value__register, METH_NOARGS, "Enter this value in its context's registry (Value.__init__)."},
     {NULL},
 };
 
@@ -1103,13 +1397,13 @@ static int free_orphan(StateObject *s, PyObject *key) {
 }
 
 /* A handle owning a result (ArrayHandle/OpaqueHandle.__init__ as attribute stores, registered
- * last, after freeing an orphan registered under its id); NULL with the value freed if it cannot
- * be made. Lock held. */
+ * last, on the state's list, after freeing an orphan registered under its id); NULL with the
+ * value freed if it cannot be made. Lock held. */
 static PyObject *make_handle(StateObject *state, PyObject *library, PyObject *ctx, OutSpec *o, void *raw) {
     PyTypeObject *ht = (PyTypeObject *)o->htype;
     allocfunc alloc = (allocfunc)PyType_GetSlot(ht, Py_tp_alloc);
     ValueObject *h = (ValueObject *)alloc(ht, 0);
-    PyObject *key = NULL, *addr = NULL, *entry = NULL;
+    PyObject *key = NULL;
     if (h == NULL) goto fail;
     Py_INCREF(o->kind);
     h->kind = o->kind;
@@ -1134,16 +1428,16 @@ static PyObject *make_handle(StateObject *state, PyObject *library, PyObject *ct
     h->keep = Py_None;
     Py_INCREF(Py_None);
     h->aliases = Py_None;
-    key = PyLong_FromVoidPtr(h);
-    addr = PyLong_FromVoidPtr(raw);
-    if (key == NULL || addr == NULL) goto fail;
-    entry = PyTuple_Pack(2, o->free_fn, addr);
-    if (entry == NULL) goto fail;
-    if (state->open && free_orphan(state, key) < 0) goto fail;
-    if (PyDict_SetItem(state->values, key, entry) < 0) goto fail;
-    Py_DECREF(key);
-    Py_DECREF(addr);
-    Py_DECREF(entry);
+    if (state->values == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "values");
+        goto fail;
+    }
+    if (state->open && PyDict_Size(state->values) > 0) { /* orphans are only there */
+        key = PyLong_FromVoidPtr(h);
+        if (key == NULL || free_orphan(state, key) < 0) goto fail;
+        Py_CLEAR(key);
+    }
+    list_add(state, h, LISTED_ADDRESS); /* last: the registry says which handle owns a value */
     return (PyObject *)h;
 fail: { /* nobody will see this value: free it, and leave the handle nothing to free */
         PyObject *t, *v, *tb;
@@ -1157,8 +1451,6 @@ fail: { /* nobody will see this value: free it, and leave the handle nothing to 
     }
     Py_XDECREF(h);
     Py_XDECREF(key);
-    Py_XDECREF(addr);
-    Py_XDECREF(entry);
     return NULL;
 }
 
@@ -1185,13 +1477,13 @@ static int link_results(PlanObject *p, PyObject **a, PyObject **res) {
         int same = g != NULL && g != Py_None;
         for (Py_ssize_t i = 1; same && i < ni; i++) same = ((ValueObject *)ins[i])->aliases == g;
         if (same) {
-            PyObject *parent = PyObject_GetAttr(g, s_parent);
+            PyObject *parent = group_get(g, s_parent);
             if (parent == NULL) return -1;
             same = parent == Py_None;
             Py_DECREF(parent);
         }
         if (same) {
-            PyObject *live = PyObject_GetAttr(g, s_live);
+            PyObject *live = group_get(g, s_live);
             if (live == NULL) return -1;
             PyObject *add = PyLong_FromSsize_t(no), *nl = add ? PyNumber_Add(live, add) : NULL;
             Py_DECREF(live);
@@ -1201,7 +1493,7 @@ static int link_results(PlanObject *p, PyObject **a, PyObject **res) {
                 Py_INCREF(g);
                 Py_XSETREF(((ValueObject *)outs[k])->aliases, g);
             }
-            int r = PyObject_SetAttr(g, s_live, nl);
+            int r = group_set_live(g, nl);
             Py_DECREF(nl);
             return r;
         }
@@ -2568,21 +2860,59 @@ static PyObject *configure_cuda(PyObject *m, PyObject *args) {
 
 /* ------------------------------------------------------------------ module */
 
+/* The slot descriptors of the alias group class, where getattr would find them first: the class keeps
+ * object's attribute access and `live` and `parent` are member descriptors (of __slots__). 1 when
+ * they are used, else 0. */
+static int configure_alias_group(PyObject *group) {
+    Py_CLEAR(alias_type);
+    Py_CLEAR(alias_live);
+    Py_CLEAR(alias_parent);
+    PyTypeObject *t = (PyTypeObject *)group;
+    if (PyType_GetSlot(t, Py_tp_getattro) != PyType_GetSlot(&PyBaseObject_Type, Py_tp_getattro) ||
+        PyType_GetSlot(t, Py_tp_setattro) != PyType_GetSlot(&PyBaseObject_Type, Py_tp_setattro))
+        return 0;
+    PyObject *live = PyObject_GetAttr(group, s_live), *parent = live ? PyObject_GetAttr(group, s_parent) : NULL;
+    if (parent == NULL) {
+        Py_XDECREF(live);
+        PyErr_Clear(); /* not slots: getattr serves */
+        return 0;
+    }
+    descrgetfunc get = (descrgetfunc)PyType_GetSlot(Py_TYPE(live), Py_tp_descr_get);
+    descrsetfunc set = (descrsetfunc)PyType_GetSlot(Py_TYPE(live), Py_tp_descr_set);
+    PyObject *tname = PyObject_GetAttrString((PyObject *)Py_TYPE(live), "__name__");
+    int member = tname != NULL && PyUnicode_Check(tname) && PyUnicode_CompareWithASCIIString(tname, "member_descriptor") == 0;
+    Py_XDECREF(tname);
+    PyErr_Clear();
+    if (!member || Py_TYPE(parent) != Py_TYPE(live) || get == NULL || set == NULL) {
+        Py_DECREF(live);
+        Py_DECREF(parent);
+        return 0;
+    }
+    alias_get = get;
+    alias_set = set;
+    alias_live = live;
+    alias_parent = parent;
+    Py_INCREF(group);
+    alias_type = t;
+    return 1;
+}
+
 static PyObject *configure(PyObject *m, PyObject *args) {
-    PyObject *ihe, *join, *shared, *efm, *rel, *ints, *f64, *f32, *f16, *b;
+    PyObject *ihe, *join, *shared, *efm, *rel, *reg, *ints, *f64, *f32, *f16, *b, *group;
     double fmax;
-    if (!PyArg_ParseTuple(args, "OOOOOO!OOOOd:configure", &ihe, &join, &shared, &efm, &rel, &PyTuple_Type, &ints, &f64,
-                          &f32, &f16, &b, &fmax))
+    if (!PyArg_ParseTuple(args, "OOOOOOO!OOOOdO!:configure", &ihe, &join, &shared, &efm, &rel, &reg, &PyTuple_Type,
+                          &ints, &f64, &f32, &f16, &b, &fmax, &PyType_Type, &group))
         return NULL;
-    PyObject **slots[] = {&InvalidHandleError, &join_fn, &shared_fn, &error_for_message, &py_release, &np_int_types,
-                          &np_float64, &np_float32, &np_float16, &np_bool};
-    PyObject *vals[] = {ihe, join, shared, efm, rel, ints, f64, f32, f16, b};
+    int direct = configure_alias_group(group);
+    PyObject **slots[] = {&InvalidHandleError, &join_fn, &shared_fn, &error_for_message, &py_release, &py_register,
+                          &np_int_types, &np_float64, &np_float32, &np_float16, &np_bool};
+    PyObject *vals[] = {ihe, join, shared, efm, rel, reg, ints, f64, f32, f16, b};
     for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
         Py_INCREF(vals[i]);
         Py_XSETREF(*slots[i], vals[i]);
     }
     f32_max = fmax;
-    Py_RETURN_NONE;
+    return PyBool_FromLong(direct);
 }
 
 static void set_type(PyTypeObject **slot, PyObject *type) { /* Py_XSETREF is typed from 3.12 */
@@ -2590,6 +2920,34 @@ static void set_type(PyTypeObject **slot, PyObject *type) { /* Py_XSETREF is typ
     Py_INCREF(type);
     *slot = (PyTypeObject *)type;
     Py_XDECREF(old);
+}
+
+/* cffi_layout(samples, address): whether pointer objects are read in place (see cdata_type).
+ * samples: cffi pointers to `address`, each with its ctype ((pointer, ffi.typeof(pointer)), ...),
+ * all of one Python type, made by cffi as the handles' pointers are (a cast, a read of a cell). */
+static PyObject *cffi_layout(PyObject *m, PyObject *args) {
+    PyObject *samples, *addr;
+    if (!PyArg_ParseTuple(args, "O!O:cffi_layout", &PyTuple_Type, &samples, &addr)) return NULL;
+    Py_CLEAR(cdata_type);
+    void *want = PyLong_AsVoidPtr(addr);
+    if (want == NULL && PyErr_Occurred()) return NULL;
+    PyObject *type = NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(samples); i++) {
+        PyObject *p, *ctype;
+        if (!PyArg_ParseTuple(PyTuple_GetItem(samples, i), "OO:cffi_layout sample", &p, &ctype)) return NULL;
+        if (type == NULL) type = (PyObject *)Py_TYPE(p);
+        PyObject *basic = PyObject_GetAttrString(type, "__basicsize__");
+        if (basic == NULL) return NULL;
+        Py_ssize_t size = PyLong_AsSsize_t(basic);
+        Py_DECREF(basic);
+        if (size == -1 && PyErr_Occurred()) return NULL;
+        if ((PyObject *)Py_TYPE(p) != type || size < (Py_ssize_t)(sizeof(PyObject) + 2 * sizeof(void *)) ||
+            CDATA_CTYPE(p) != ctype || CDATA_POINTER(p) != want)
+            Py_RETURN_FALSE;
+    }
+    if (type == NULL) Py_RETURN_FALSE;
+    set_type(&cdata_type, type);
+    Py_RETURN_TRUE;
 }
 
 /* numpy_scalars(entries, true, false): which NumPy scalar types to read and make in place (see
@@ -2671,6 +3029,7 @@ fail:
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS, "Set the Python objects the compiled path uses (callpath.py, once)."},
     {"numpy_scalars", numpy_scalars, METH_VARARGS, "Which NumPy scalar types the plans read and make in place (checked)."},
+    {"cffi_layout", cffi_layout, METH_VARARGS, "Whether cffi pointer objects are read in place (checked on samples)."},
     {"dlpack_capsule", dlpack_capsule, METH_VARARGS, "A DLPack capsule over a C-ordered array, owning a reference to owner."},
     {"dlpack_exports_alive", dlpack_exports_alive, METH_NOARGS, "Capsules made here not yet released by their consumer."},
     {"configure_dlpack", configure_dlpack, METH_VARARGS, "Give ArrayBase.__dlpack__ interop's export cache and futhark_dlpack."},

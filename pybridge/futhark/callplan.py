@@ -33,9 +33,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import _cffi_backend  # type: ignore[import-untyped]  # cffi's own backend (no stubs)
 import numpy as np
 
-from .aliases import join, shared_with_live
+from .aliases import AliasGroup, join, shared_with_live
 from .callpath import compiled, plans_compiled
 from .context import error_for_message, function_address
 from .errors import InvalidHandleError
@@ -65,18 +66,20 @@ CODES = {name: i for i, name in enumerate(("i8", "i16", "i32", "i64", "u8", "u16
 
 
 
-def configure_compiled(**replace: Any) -> None:
+def configure_compiled(**replace: Any) -> bool:
     """Give the compiled path the Python objects it uses (once, at import). ``replace`` swaps some
     of them (by ``_callpath.configure``'s parameter names): tests inject a difference with it to
-    show that the differential test sees one (tests/test_call_path_differential.py)."""
+    show that the differential test sees one (tests/test_call_path_differential.py). Returns
+    whether the compiled path reads and writes alias groups through their slots (else getattr)."""
     parts = {"invalid_handle": InvalidHandleError, "join": join, "shared": shared_with_live,
              "error_for_message": error_for_message, "release": _PythonValue._release,
+             "register": _PythonValue._register,
              "numpy_ints": tuple(_INTS - {int}), "f64": np.float64, "f32": np.float32, "f16": np.float16,
-             "bool": np.bool_, "f32_max": _F32_MAX}
+             "bool": np.bool_, "f32_max": _F32_MAX, "alias_group": AliasGroup}
     unknown = set(replace) - set(parts)
     if unknown:
         raise TypeError(f"configure_compiled: unknown parts {sorted(unknown)}")
-    compiled.configure(*{**parts, **replace}.values())
+    return bool(compiled.configure(*{**parts, **replace}.values()))
 
 
 def numpy_scalar_layouts() -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -103,11 +106,28 @@ def numpy_scalar_layouts() -> tuple[tuple[int, ...], tuple[int, ...]]:
     return compiled.numpy_scalars(tuple(entries), *((flags[0], flags[1]) if singletons else (None, None)))
 
 
+def cffi_pointer_layout() -> bool:
+    """Tell the compiled path whether it may read a cffi pointer object's address where cffi keeps
+    it (_callpath.c, cffi_layout: checked on pointers cffi made here by a cast and by reading a
+    cell, as Futhark's results arrive); where not, it asks ``ffi.cast`` for it. cffi's backend
+    makes the types: an FFI would import its C parser, which ``import pybridge.futhark`` does not."""
+    assert compiled is not None
+    struct_ptr = _cffi_backend.new_pointer_type(_cffi_backend.new_struct_type("struct pybridge_layout_probe"))
+    address = 0x5EED_0000_1234_5678
+    made = _cffi_backend.cast(struct_ptr, address)
+    cell = _cffi_backend.newp(_cffi_backend.new_pointer_type(struct_ptr), None)
+    cell[0] = made
+    void_ptr = _cffi_backend.cast(_cffi_backend.new_pointer_type(_cffi_backend.new_void_type()), address)
+    samples = tuple((p, _cffi_backend.typeof(p)) for p in (made, cell[0], void_ptr))
+    return bool(compiled.cffi_layout(samples, address))
+
+
 if compiled is not None:
     # _callpath.c's pass sets are _PASS's (its f32 rule is the plan's, spelled out there).
     assert _PASS["f64"] == {float, np.float64, np.float32, np.float16} and _PASS["bool"] == {bool, np.bool_}
     configure_compiled()
     numpy_scalar_layouts()
+    cffi_pointer_layout()
 
 
 def compiled_plan(ep: Any) -> Any:

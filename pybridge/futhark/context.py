@@ -58,6 +58,10 @@ class _PythonState:
     lock: Any
     values: dict[int, tuple[Callable[[Any, Any], int], Any]]
 
+    def _free_listed(self) -> None:
+        """close()'s first step in the compiled registry (``_callpath.State``); here ``values``
+        is the whole registry."""
+
 
 class _State(compiled.State if compiled is not None else _PythonState):  # type: ignore[misc]
     """What the context's finaliser needs, kept apart from the Context so handles can share it.
@@ -122,6 +126,7 @@ class _State(compiled.State if compiled is not None else _PythonState):  # type:
         # each C object is marked gone right before its free: a close() cut short is finished
         # by the next close() (or the finaliser), never freeing anything twice.
         self.open = False
+        self._free_listed()  # the values registered in C (_callpath.c, "registry"), then the rest
         values = self.values
         for key, (free, ptr) in list(values.items()):
             if key in values:

@@ -78,6 +78,14 @@ class _PythonValue:
         # A consumed value may only be freed (docs/c-api.rst, "Entry points").
         self._release(f"consumed by {by}")
 
+    def _register(self) -> None:
+        """Enter this value in its context's registry (the last step of making a handle: the
+        registry says which handle owns a value)."""
+        state, key = self._ctx._state, id(self)
+        if key in state.values:  # left by a handle whose __del__ an interrupt skipped (free_orphan)
+            state.free_orphan(key)
+        state.values[key] = (self._free_fn, self._ptr)
+
     def __del__(self) -> None:
         try:
             if self._status is None:
@@ -131,11 +139,7 @@ class Value(_ValueBase):  # type: ignore[misc,valid-type]
         self._status = None  # None while live; else why it is unusable
         self._keep = keep  # an object that must outlive the value (new_raw's owner)
         self._aliases = None  # handles that may share memory (aliases.py)
-        # Context.register, inlined (every result), last: the registry says which handle owns a value.
-        state, key = self._ctx._state, id(self)
-        if key in state.values:  # left by a handle whose __del__ an interrupt skipped (free_orphan)
-            state.free_orphan(key)
-        state.values[key] = (free_fn, ptr)
+        self._register()  # last
 
     def _live_ptr(self, what: str) -> Any:
         """``ptr``, its error naming ``what`` (``"saxpy: parameter 'ys'"``: where it was passed)."""
@@ -185,16 +189,13 @@ class ArrayHandle(Value, _ArrayBase):  # type: ignore[misc,valid-type]
         self.atype = atype
         self._shape: tuple[int, ...] | None = None
         self.library = library
-        ctx = self._ctx = library.context
+        self._ctx = library.context
         self._ptr = ptr
-        free_fn = self._free_fn = atype.free_fn
+        self._free_fn = atype.free_fn
         self._status = None
         self._keep = keep
         self._aliases = None
-        state, key = ctx._state, id(self)
-        if key in state.values:  # left by a handle whose __del__ an interrupt skipped (free_orphan)
-            state.free_orphan(key)
-        state.values[key] = (free_fn, ptr)
+        self._register()  # last
 
     @property
     def type_name(self) -> str:

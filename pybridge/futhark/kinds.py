@@ -34,6 +34,21 @@ if TYPE_CHECKING:
 _UNMADE = object()
 
 
+def _tell_compiled_path(kind: "ArrayKind | OpaqueKind") -> None:
+    """Give the compiled path this type's free function by address and its pointer type
+    (``_callpath.State._native``): a handle made here from Python (``new``, a projection) is then
+    passed to a plan and freed by address, as a plan's result is. Where plans are compiled."""
+    lib = kind.library
+    if not (plans_compiled() and lib.mode == "api"):
+        return
+    try:
+        free = function_address(lib.ffi, lib.lib, kind.info.ops["free"])
+        ctype = lib.ffi.typeof(kind.info.ctype)
+    except (AttributeError, lib.ffi.error):  # not reachable by address: the cffi calls serve
+        return
+    lib.context._state._native(kind.free_fn, free, ctype)
+
+
 class ArrayKind:
     """``lib.types['[]f32']``: make arrays from NumPy or device pointers."""
 
@@ -55,6 +70,7 @@ class ArrayKind:
         # new_raw in C (_callpath.RawNew), made at first use; None where the Python code serves
         # (as for call plans: no extension, ABI mode, PYBRIDGE_CALL_PATH=python, python_plans()).
         self._raw_new: Any = _UNMADE if plans_compiled() and library.mode == "api" else None
+        _tell_compiled_path(self)
 
     def _compiled_raw_new(self) -> Any:
         raw_new = self._raw_new
@@ -187,6 +203,7 @@ class OpaqueKind:
         # (rank, type) of each component in store() bytes, learnt from the first store(): the
         # manifest does not say how Futhark flattens the value.
         self.layout: list[tuple[int, str]] | None = None
+        _tell_compiled_path(self)
 
     _pointer = ArrayKind._pointer
 
