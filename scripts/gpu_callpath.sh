@@ -70,7 +70,7 @@ if [ ! -d .carry-programs/c ] && [ -n "${FUTHARK:-}" ] && [ -d .carry-programs ]
 fi
 if [ -d .carry-programs/c ] && [ $((BUDGET - SECONDS)) -gt 170 ]; then
   step "pybridge bench programs --backend c (prebuilt C from .carry-programs)"
-  timeout "$(limit 80)" python3 -m pybridge bench programs --backend c --prebuilt .carry-programs --runs ${RUNS:-10} \
+  timeout "$(limit 150)" python3 -m pybridge bench programs --backend c --prebuilt .carry-programs --runs ${RUNS:-10} \
     --json "$OUT/programs-c.json" > "$OUT/programs-c.txt" 2>&1
   echo "rc=$?"
   inputs="$inputs $OUT/programs-c.json"
