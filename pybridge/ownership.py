@@ -233,10 +233,12 @@ def temporary_folder(parent: Path, name: str) -> Iterator[Path]:
     while the block runs (so no :func:`sweep` takes it); removed after, unless the block renamed
     it into place (an entry)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{name[:80]}-", dir=parent))
-    (tmp / MARK).write_text(_MARK_TEXT)
+    # Locked before it is written: a sweep in another process takes a marked folder whose lock is
+    # free, and one that ran between the two once removed the folder under this build.
     lock = FileLock(tmp / MARK, timeout=-1, thread_local=False)
     lock.acquire()
     try:
+        (tmp / MARK).write_text(_MARK_TEXT)
         yield tmp
     finally:
         try:

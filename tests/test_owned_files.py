@@ -535,3 +535,27 @@ def test_a_cache_of_an_older_pybridge_is_adopted_only_if_all_of_it_is_pybridges(
     (default / "ffi" / "notes.txt").unlink()
     assert sorted(e.kind for e in pcache.entries()) == ["cuda", "ffi", "program"]
     assert (default / TAG).read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
+
+
+def test_a_sweep_while_a_temporary_folder_is_being_marked_leaves_it(tmp_path, monkeypatch):
+    """A sweep in another process runs at the moment a build writes its folder's mark (the CI race:
+    the folder was removed between the mark and its lock, and the build failed FileNotFoundError).
+    The folder is locked before it is marked, so the sweep leaves it."""
+    from pybridge import ownership
+
+    write_text = Path.write_text
+    swept = []
+
+    def write_then_sweep(self, *a, **kw):
+        n = write_text(self, *a, **kw)
+        if self.name == ownership.MARK and self.parent.name.startswith(ownership.TEMP_PREFIX):
+            script = f"from pathlib import Path; from pybridge.ownership import sweep; sweep(Path({str(self.parent.parent)!r}))"
+            subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+            swept.append((self.parent, self.exists()))  # what the sweep left
+        return n
+
+    monkeypatch.setattr(Path, "write_text", write_then_sweep)
+    with ownership.temporary_folder(tmp_path, "race") as tmp:
+        assert swept == [(tmp, True)] and (tmp / ownership.MARK).is_file()
+        (tmp / "built.so").write_bytes(b"x")
+    assert not tmp.exists()  # removed by its own build afterwards
