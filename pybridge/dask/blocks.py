@@ -121,10 +121,11 @@ class _Inputs(list):  # type: ignore[type-arg]
         super().__init__()
         self.temps: list[ArrayHandle] = []
 
-    def add(self, handle: ArrayHandle, block: Any) -> None:
+    def add(self, handle: ArrayHandle, block: Any) -> ArrayHandle:
         self.temps.append(handle)
         start = int(block.data.ptr)
         self.append((start, start + int(block.nbytes), block))
+        return handle
 
     def holding(self, ptr: int) -> tuple[Any, ...]:
         return tuple(b for start, end, b in self if start <= ptr < end)
@@ -176,8 +177,7 @@ def _argument(lib: Library, param: Any, value: Any, device: int, inputs: _Inputs
             value = cupy.ascontiguousarray(value)
     kind = lib.types[param.type]
     assert isinstance(kind, ArrayKind)  # plan.check_arguments let only array types through
-    inputs.add(kind.from_cuda(value), value)
-    return inputs.temps[-1]
+    return inputs.add(kind.from_cuda(value), value)
 
 
 def _result(value: Any, on_device: bool, device: int, slot: Slot, settled: bool, inputs: _Inputs) -> Any:
