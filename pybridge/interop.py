@@ -764,21 +764,26 @@ def futhark_dlpack(handle: Any, *, stream: Any = None, max_version: Any = None, 
     return _export_keyed((ptr, shape, typestr, None, where[0], where[1], versioned, False), handle)
 
 
-def futhark_view_of(obj: Any, dtype: np.dtype, rank: int,
-                    into: FutharkStream | None = None) -> tuple[int, tuple[int, ...], bool]:
+UNREAD = object()  # futhark_view_of's cai: not read yet
+
+
+def futhark_view_of(obj: Any, dtype: np.dtype, rank: int, into: FutharkStream | None = None,
+                    cai: Any = UNREAD) -> tuple[int, tuple[int, ...], bool]:
     """(pointer, shape, plain) for ``ArrayKind.from_cuda``: a C-contiguous CAI array of ``dtype``,
     ordered after its producer: Futhark's stream (``into``) waits on the device for the producer's
     stream, or without ``into`` the host waits for it. ``plain``: the shape has ``rank``
-    non-negative exact ints (the :func:`plain_cai` form)."""
-    # torch_plain's own first test, made here: anything else goes on without two calls
-    view = None if type(obj).__module__ != "torch" else _torch_view(obj, dtype, rank)
-    if view is not None:
-        _order_after(_torch_stream(obj), into)  # PyTorch's CAI (v2) names no stream, and PyTorch does not sync
-        return view[0], view[1], True
-    try:
-        cai = obj.__cuda_array_interface__  # read once: some producers (PyTorch) build it in Python
-    except AttributeError:
-        raise TypeError(f"from_cuda: {type(obj).__name__} has no __cuda_array_interface__") from None
+    non-negative exact ints (the :func:`plain_cai` form). ``cai``: the interface, already read
+    (by ``_callpath.FromCuda``, after the PyTorch test), else read here."""
+    if cai is UNREAD:
+        # torch_plain's own first test, made here: anything else goes on without two calls
+        view = None if type(obj).__module__ != "torch" else _torch_view(obj, dtype, rank)
+        if view is not None:
+            _order_after(_torch_stream(obj), into)  # PyTorch's CAI (v2) names no stream, and PyTorch does not sync
+            return view[0], view[1], True
+        try:
+            cai = obj.__cuda_array_interface__  # read once: some producers (PyTorch) build it in Python
+        except AttributeError:
+            raise TypeError(f"from_cuda: {type(obj).__name__} has no __cuda_array_interface__") from None
     compiled = _compiled if _compiled is not None else _compiled_path()
     fast = (compiled.plain_cai_of if compiled else plain_cai_of)(cai, dtype.str)
     if fast is not None and len(fast[2]) == rank:

@@ -110,3 +110,28 @@ def test_the_torch_references_ask_what_pybridge_asks(monkeypatch):
     assert interop.torch_plain(mine) == (64, (2, 3), interop.np.dtype("float32"))
     ex.torch_reads(reference)
     assert sorted(mine.log) == sorted(reference.log) and len(mine.log) == 10
+    from pybridge.futhark import callpath
+
+    if callpath.compiled is not None:  # the compiled exchange's own reads (from_cuda, as_device_array)
+        in_c = Asked()
+        assert callpath.compiled.torch_plain(interop, in_c) == (64, (2, 3), interop.np.dtype("float32"))
+        assert in_c.log == mine.log
+
+
+def test_the_worst_program_names_its_pair_and_the_library_floor():
+    """The cuda worst ratio names its (program, dataset) pair with the bare call's ratio of that
+    pair: a miss that the library's own call makes too is a floor, not pybridge's."""
+    from pybridge.bench import programs
+
+    def pair(exe, bare, mine):
+        return {"benchmark": "futhark-programs (cuda)", "impl": f"p{exe}", "size": 1, "exe_us": exe, "bare_us": bare,
+                "median_us": mine, "added_us": mine - exe, "ratio": mine / exe, "equal": True, "over_bare_us": mine - bare,
+                "over_bare_lo_us": mine - bare - 0.1, "over_bare_hi_us": mine - bare + 0.1, "block_pairs": 40}
+
+    for bare, mine, verdict in ((16.0, 17.0, "floor"), (10.5, 17.0, "**no**"), (10.2, 11.0, "yes")):
+        rows = [pair(100.0, 99.0, 99.5), pair(10.0, bare, mine)]
+        summary = programs.summary_rows("cuda", rows)
+        (worst,) = [r for r in summary if r["impl"] == "ratio, all pairs: worst"]
+        assert worst["note"].startswith(f"p10.0: bare cffi / executable {bare / 10:.3f}")
+        line = _line(report.call_path_lines(rows + summary), "real programs on cuda: pybridge / executable, worst")
+        assert f"| {mine / 10:.3f} |" in line and line.split("|")[-2].strip().startswith(verdict), line

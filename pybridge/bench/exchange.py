@@ -11,18 +11,21 @@ Rows, per call, data resident on the GPU (n f32 elements):
 * the copying path (through host memory), which zero-copy exchange replaces, beside the published
   110–350 µs per call.
 
+The per-call rows of a section are measured together, their batches taken in turn, so pybridge's
+side and the references subtracted from it (report.py) see the same host.
+
 Without a GPU only the copying path runs (c backend: NumPy in, NumPy out).
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from .common import gpu_status, optional, positive_int, probe_library, pycuda_status, row, skipped
-from .timing import Progress, measure
+from .timing import Progress, measure, measure_interleaved
 
 HELP = "zero-copy exchange with CuPy / PyTorch / numba (CAI, DLPack) vs the copying path"
 
@@ -73,8 +76,27 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def _side(b: str, what: str, n: int, fn: Any, calls: int, repeat: int, **extra: Any) -> dict[str, Any]:
-    return row(b, what, n, measure(fn, calls=calls, repeat=repeat), **extra)
+class _Sides:
+    """The per-call rows of one section, measured together (:func:`measure_interleaved`): each
+    pybridge side is compared with references (a library's own read, the driver's pair) measured
+    in the same rounds, so a host whose speed drifts during the run moves both alike."""
+
+    def __init__(self, b: str, n: int) -> None:
+        self.b, self.n = b, n
+        self.fns: dict[str, tuple[Callable[[], Any], Callable[[], Any] | None]] = {}
+        self.extra: dict[str, dict[str, Any]] = {}
+        self.order: list[str | dict[str, Any]] = []  # impl names, or rows made already (skipped ones)
+
+    def add(self, what: str, fn: Any, **extra: Any) -> None:
+        self.fns[what], self.extra[what] = (fn, None), extra
+        self.order.append(what)
+
+    def put(self, made: dict[str, Any] | list[dict[str, Any]]) -> None:
+        self.order += made if isinstance(made, list) else [made]
+
+    def rows(self, calls: int, repeat: int) -> list[dict[str, Any]]:
+        timed = measure_interleaved(self.fns, calls=calls, repeat=repeat) if self.fns else {}
+        return [row(self.b, k, self.n, timed[k], **self.extra[k]) if isinstance(k, str) else k for k in self.order]
 
 
 def futhark_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
@@ -88,66 +110,64 @@ def futhark_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
     t = lib.types["[]f32"]
     x = np.random.default_rng(0).random(n, dtype=np.float32)
     h = t.new(x)
-    rows = [
-        _side(b, f"{PYBRIDGE_SIDE}: h.__cuda_array_interface__", n, lambda: h.__cuda_array_interface__, calls, repeat),
-        _side(b, f"{PYBRIDGE_SIDE}: h.__dlpack__() (capsule dropped)", n, lambda: h.__dlpack__(stream=1), calls, repeat),
+    sides = _Sides(b, n)
+    sides.add(f"{PYBRIDGE_SIDE}: h.__cuda_array_interface__", lambda: h.__cuda_array_interface__)
+    sides.add(f"{PYBRIDGE_SIDE}: h.__dlpack__() (capsule dropped)", lambda: h.__dlpack__(stream=1))
+    sides.put([  # with a sync each batch: measured apart
         row(b, "export of a fresh result: lib.saxpy(2, h, h).__cuda_array_interface__", n,
             measure(lambda: lib.saxpy(2.0, h, h).__cuda_array_interface__, lib.sync, calls=calls // 4, repeat=repeat),
             note="the call and its export; the CAI names Futhark's stream, no host sync"),
         row(b, "reference: lib.saxpy(2, h, h) alone", n,
             measure(lambda: lib.saxpy(2.0, h, h), lib.sync, calls=calls // 4, repeat=repeat)),
-    ]
+    ])
     # What Futhark's own C functions cost for a wrap + free (part of from_cuda, not pybridge's side).
     new_raw, free, ctx = lib.lib.futhark_new_raw_f32_1d, lib.lib.futhark_free_f32_1d, lib.context.ptr
     ptr = h.data_pointer()
-    rows.append(_side(b, NEW_RAW_FREE, n,
-                      lambda: free(ctx, new_raw(ctx, ptr, n)), calls, repeat, note="inside from_cuda(...).free()"))
-    rows += driver_rows(b, lib, n, calls, repeat)
+    sides.add(NEW_RAW_FREE, lambda: free(ctx, new_raw(ctx, ptr, n)), note="inside from_cuda(...).free()")
+    driver_rows(sides, lib)
     cp, cwhy = optional("cupy")
     torch, twhy = optional("torch")
     nb, nwhy = optional("numba.cuda")
     if cp is not None:
         c = cp.asarray(x)
-        rows.append(_side(b, CUPY_CAI, n, lambda: c.__cuda_array_interface__, calls, repeat,
-                          note="inside from_cuda(cupy)"))
-        rows.append(_side(b, "to CuPy: cupy.asarray(h)", n, lambda: cp.asarray(h), calls, repeat))
-        rows.append(_side(b, "to CuPy: cupy.from_dlpack(h)", n, lambda: cp.from_dlpack(h), calls, repeat))
-        rows.append(_side(b, f"{PYBRIDGE_SIDE}: from_cuda(cupy).free()", n, lambda: t.from_cuda(c).free(), calls, repeat))
+        sides.add(CUPY_CAI, lambda: c.__cuda_array_interface__, note="inside from_cuda(cupy)")
+        sides.add("to CuPy: cupy.asarray(h)", lambda: cp.asarray(h))
+        sides.add("to CuPy: cupy.from_dlpack(h)", lambda: cp.from_dlpack(h))
+        sides.add(f"{PYBRIDGE_SIDE}: from_cuda(cupy).free()", lambda: t.from_cuda(c).free())
     else:
-        rows.append(skipped(b, "CuPy", cwhy, n))
+        sides.put(skipped(b, "CuPy", cwhy, n))
     if torch is not None:
         tt = torch.from_numpy(x).cuda()
-        rows.append(_side(b, "to PyTorch: torch.as_tensor(h, device='cuda')", n,
-                          lambda: torch.as_tensor(h, device="cuda"), calls, repeat))
-        rows.append(_side(b, "to PyTorch: torch.from_dlpack(h)", n, lambda: torch.from_dlpack(h), calls, repeat))
-        rows.append(_side(b, f"{PYBRIDGE_SIDE}: from_cuda(torch).free()", n, lambda: t.from_cuda(tt).free(), calls, repeat))
-        rows.append(_side(b, "reference: PyTorch's own tensor.__cuda_array_interface__", n,
-                          lambda: tt.__cuda_array_interface__, calls, repeat,
-                          note="not read by from_cuda(torch), which asks the tensor directly"))
-        rows.append(_side(b, TORCH_READS, n, lambda: torch_reads(tt), calls, repeat, note="inside from_cuda(torch)"))
-        rows.append(_side(b, TORCH_STREAM, n, lambda: torch_stream(torch, tt), calls, repeat, note="inside from_cuda(torch)"))
+        sides.add("to PyTorch: torch.as_tensor(h, device='cuda')", lambda: torch.as_tensor(h, device="cuda"))
+        sides.add("to PyTorch: torch.from_dlpack(h)", lambda: torch.from_dlpack(h))
+        sides.add(f"{PYBRIDGE_SIDE}: from_cuda(torch).free()", lambda: t.from_cuda(tt).free())
+        sides.add("reference: PyTorch's own tensor.__cuda_array_interface__", lambda: tt.__cuda_array_interface__,
+                  note="not read by from_cuda(torch), which asks the tensor directly")
+        sides.add(TORCH_READS, lambda: torch_reads(tt), note="inside from_cuda(torch)")
+        sides.add(TORCH_STREAM, lambda: torch_stream(torch, tt), note="inside from_cuda(torch)")
         if cp is not None:
-            rows.append(_side(b, "reference: torch.from_dlpack(cupy array)", n, lambda: torch.from_dlpack(c), calls, repeat,
-                              note="the two libraries' own exchange, no pybridge"))
+            sides.add("reference: torch.from_dlpack(cupy array)", lambda: torch.from_dlpack(c),
+                      note="the two libraries' own exchange, no pybridge")
     else:
-        rows.append(skipped(b, "PyTorch", twhy, n))
+        sides.put(skipped(b, "PyTorch", twhy, n))
     if nb is not None:
         try:
             na = nb.to_device(x)
-            rows.append(_side(b, "to numba: numba.cuda.as_cuda_array(h)", n, lambda: nb.as_cuda_array(h), calls, repeat))
-            rows.append(_side(b, f"{PYBRIDGE_SIDE}: from_cuda(numba).free()", n, lambda: t.from_cuda(na).free(), calls, repeat))
-            rows.append(_side(b, NUMBA_CAI, n, lambda: na.__cuda_array_interface__, calls, repeat,
-                              note="inside from_cuda(numba)"))
+            nb.as_cuda_array(h)  # numba-cuda may not work with this NumPy: found here, not while timing
+            sides.add("to numba: numba.cuda.as_cuda_array(h)", lambda: nb.as_cuda_array(h))
+            sides.add(f"{PYBRIDGE_SIDE}: from_cuda(numba).free()", lambda: t.from_cuda(na).free())
+            sides.add(NUMBA_CAI, lambda: na.__cuda_array_interface__, note="inside from_cuda(numba)")
         except Exception as e:  # noqa: BLE001 - numba-cuda may not work with this NumPy
-            rows.append(skipped(b, "numba", f"{type(e).__name__}: {str(e)[:100]}", n))
+            sides.put(skipped(b, "numba", f"{type(e).__name__}: {str(e)[:100]}", n))
     else:
-        rows.append(skipped(b, "numba", nwhy, n))
+        sides.put(skipped(b, "numba", nwhy, n))
+    rows = sides.rows(calls, repeat)
     h.free()
     lib.close()
     return rows
 
 
-def driver_rows(b: str, lib: Any, n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
+def driver_rows(sides: _Sides, lib: Any) -> None:
     """The driver's part of an ordered exchange, bare: the event record on Futhark's stream and
     the legacy stream's wait for it (what ``h.__dlpack__(stream=1)`` and ``from_cuda`` make)."""
     from .. import cudriver
@@ -155,7 +175,8 @@ def driver_rows(b: str, lib: Any, n: int, calls: int, repeat: int) -> list[dict[
 
     fs = futhark_stream(lib)
     if fs is None:
-        return [skipped(b, DRIVER_PAIR, "the library has no stream accessors (no ordering to time)", n)]
+        sides.put(skipped(sides.b, DRIVER_PAIR, "the library has no stream accessors (no ordering to time)", sides.n))
+        return
     cu, ev, stream = cudriver.driver(), fs.slot.ev, fs.stream
 
     def pair() -> tuple[int, int]:
@@ -163,8 +184,9 @@ def driver_rows(b: str, lib: Any, n: int, calls: int, repeat: int) -> list[dict[
 
     codes = pair()
     if codes != (0, 0):  # timing calls that fail would time nothing real
-        return [skipped(b, DRIVER_PAIR, f"cuEventRecord / cuStreamWaitEvent returned {codes}", n)]
-    return [_side(b, DRIVER_PAIR, n, pair, calls, repeat, note="libcuda through cffi, no pybridge code")]
+        sides.put(skipped(sides.b, DRIVER_PAIR, f"cuEventRecord / cuStreamWaitEvent returned {codes}", sides.n))
+        return
+    sides.add(DRIVER_PAIR, pair, note="libcuda through cffi, no pybridge code")
 
 
 def cuda_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
@@ -175,31 +197,26 @@ def cuda_rows(n: int, calls: int, repeat: int) -> list[dict[str, Any]]:
     from pybridge import cuda
 
     x = cuda.to_device(np.random.default_rng(0).random(n, dtype=np.float32))
-    rows = [
-        _side(b, f"{PYBRIDGE_SIDE}: x.__cuda_array_interface__", n, lambda: x.__cuda_array_interface__, calls, repeat),
-        _side(b, f"{PYBRIDGE_SIDE}: x.__dlpack__() (capsule dropped)", n, lambda: x.__dlpack__(stream=1), calls, repeat),
-    ]
+    sides = _Sides(b, n)
+    sides.add(f"{PYBRIDGE_SIDE}: x.__cuda_array_interface__", lambda: x.__cuda_array_interface__)
+    sides.add(f"{PYBRIDGE_SIDE}: x.__dlpack__() (capsule dropped)", lambda: x.__dlpack__(stream=1))
     cp, cwhy = optional("cupy")
     torch, twhy = optional("torch")
     if cp is not None:
         c = cp.asarray(x)
-        rows.append(_side(b, CUPY_CAI, n, lambda: c.__cuda_array_interface__, calls, repeat,
-                          note="inside cuda.as_device_array(cupy)"))
-        rows.append(_side(b, "to CuPy: cupy.asarray(x)", n, lambda: cp.asarray(x), calls, repeat))
-        rows.append(_side(b, f"{PYBRIDGE_SIDE}: cuda.as_device_array(cupy)", n, lambda: cuda.as_device_array(c), calls, repeat))
+        sides.add(CUPY_CAI, lambda: c.__cuda_array_interface__, note="inside cuda.as_device_array(cupy)")
+        sides.add("to CuPy: cupy.asarray(x)", lambda: cp.asarray(x))
+        sides.add(f"{PYBRIDGE_SIDE}: cuda.as_device_array(cupy)", lambda: cuda.as_device_array(c))
     else:
-        rows.append(skipped(b, "CuPy", cwhy, n))
+        sides.put(skipped(b, "CuPy", cwhy, n))
     if torch is not None:
         tt = torch.empty(n, device="cuda")
-        rows.append(_side(b, "to PyTorch: torch.as_tensor(x, device='cuda')", n,
-                          lambda: torch.as_tensor(x, device="cuda"), calls, repeat))
-        rows.append(_side(b, f"{PYBRIDGE_SIDE}: cuda.as_device_array(torch)", n, lambda: cuda.as_device_array(tt),
-                          calls, repeat))
-        rows.append(_side(b, TORCH_READS, n, lambda: torch_reads(tt), calls, repeat,
-                          note="inside cuda.as_device_array(torch)"))
+        sides.add("to PyTorch: torch.as_tensor(x, device='cuda')", lambda: torch.as_tensor(x, device="cuda"))
+        sides.add(f"{PYBRIDGE_SIDE}: cuda.as_device_array(torch)", lambda: cuda.as_device_array(tt))
+        sides.add(TORCH_READS, lambda: torch_reads(tt), note="inside cuda.as_device_array(torch)")
     else:
-        rows.append(skipped(b, "PyTorch", twhy, n))
-    return rows
+        sides.put(skipped(b, "PyTorch", twhy, n))
+    return sides.rows(calls, repeat)
 
 
 def copy_rows(n: int, gpu: bool, quick: bool) -> list[dict[str, Any]]:

@@ -357,8 +357,15 @@ def call_path_lines(rows: list[dict[str, Any]]) -> list[str]:
         target = r.get("target")
         met = r.get("met") if r.get("met") is not None else (r["value"] <= target if target is not None else None)
         beside_text = "–" if beside is None else f"{ref_impl}: {beside['value']:.3f}"
+        mark = _mark(met)
+        if r.get("note"):  # the pair the worst is of, with the library's own call beside it
+            beside_text = r["note"] if beside is None else f"{beside_text}; {r['note']}"
+        floor, over = r.get("floor_ratio"), r.get("over_floor_ratio")
+        if met is False and target is not None and floor is not None and over is not None \
+                and floor > target and over <= target:
+            mark = "floor (the library's own call misses it; pybridge within the target of it)"
         out.append(f"| {path} | {r['value']:.3f} | {beside_text} | | "
-                   f"{'–' if target is None else f'≤ {target}'} | {_mark(met)} |")
+                   f"{'–' if target is None else f'≤ {target}'} | {mark} |")
     return out
 
 

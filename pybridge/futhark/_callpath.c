@@ -1860,17 +1860,9 @@ static void *raw_call(void *fn, int rank, void *ctx, uint64_t data, const int64_
     }
 }
 
-/* (address, shape, owner) -> the handle. The caller (kinds.py) passes what it checked: an int
- * address and a tuple of `rank` non-negative ints; anything else is a TypeError here. */
-static PyObject *rawnew_call(RawNewObject *r, PyObject *args, PyObject *kw) {
-    PyObject *addr, *shape, *owner;
-    if (kw != NULL && PyDict_Size(kw) != 0) {
-        PyErr_SetString(PyExc_TypeError, "RawNew takes no keywords");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(args, "O!O!O:RawNew", &PyLong_Type, &addr, &PyTuple_Type, &shape, &owner)) return NULL;
-    uint64_t data = PyLong_AsUnsignedLongLong(addr);
-    if (data == (uint64_t)-1 && PyErr_Occurred()) return NULL;
+/* new_raw(data, shape) under the lock with `owner` kept: the handle, or NULL with Python's error
+ * (a TypeError for a shape that is not `rank` non-negative ints). shape: a tuple. */
+static PyObject *rawnew_make(RawNewObject *r, uint64_t data, PyObject *shape, PyObject *owner) {
     int64_t dims[RAW_MAX_RANK];
     if (PyTuple_Size(shape) != r->rank) {
         PyErr_Format(PyExc_TypeError, "RawNew: a shape of %d dimensions was expected", r->rank);
@@ -1915,6 +1907,20 @@ static PyObject *rawnew_call(RawNewObject *r, PyObject *args, PyObject *kw) {
 out:
     state_unlock(s);
     return h;
+}
+
+/* (address, shape, owner) -> the handle. The caller (kinds.py) passes what it checked: an int
+ * address and a tuple of `rank` non-negative ints; anything else is a TypeError here. */
+static PyObject *rawnew_call(RawNewObject *r, PyObject *args, PyObject *kw) {
+    PyObject *addr, *shape, *owner;
+    if (kw != NULL && PyDict_Size(kw) != 0) {
+        PyErr_SetString(PyExc_TypeError, "RawNew takes no keywords");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!O!O:RawNew", &PyLong_Type, &addr, &PyTuple_Type, &shape, &owner)) return NULL;
+    uint64_t data = PyLong_AsUnsignedLongLong(addr);
+    if (data == (uint64_t)-1 && PyErr_Occurred()) return NULL;
+    return rawnew_make(r, data, shape, owner);
 }
 
 static PyType_Slot rawnew_slots[] = {
@@ -2303,6 +2309,7 @@ static PyObject *dlpack_exports_alive(PyObject *m, PyObject *unused) { return Py
  *   cuda_dlpack     - arrays._dlpack_python (DeviceArray.__dlpack__)
  * configure_cuda(arrays, interop, ArrayInfo, DeviceArray, DEFAULT_STREAM, context, ndarray) gives
  * them the Python side; the functions and caches are read from those modules at each call (tests replace them). */
+static PyTypeObject *RawNewType;
 static PyObject *cx_arrays, *cx_interop, *cx_ArrayInfo, *cx_DeviceArray, *cx_default_stream, *cx_object_new;
 static PyObject *cx_context, *cx_ensure_context_py; /* pybridge.cuda.context and its ensure_context */
 static PyObject *cx_ndarray, *cx_new_info_args, *cx_new_array_args; /* np.ndarray; (ArrayInfo,), (DeviceArray,) */
@@ -2315,15 +2322,21 @@ enum {
     CX_STREAM_WAIT, CX_WHAT, CX_WHAT_CAI, CX_IMPORT_PY, CX_FROM_CAI_DICT, CX_WITHOUT_CAI, CX_TORCH_PLAIN, CX_CAI,
     CX_MODULE, CX_ITEMSIZE, CX_PTR, CX_READONLY, CX_DTYPE, CX_DEVICE_TYPE, CX_DEVICE_ID, CX_INFO, CX_GPU, CX_OWNER,
     CX_PENDING, CX_META, CX_ICACHE, CX_ALLOC, CX_DL_CODES, CX_DLPACK_PY, CX_C_STRIDES, CX_TORCH, CX_TLS, CX_PUSHED,
-    CX_DEVICES, CX_PRIMARY, CX_COUNT
+    CX_DEVICES, CX_PRIMARY, CX_TORCH_DTYPES, CX_IS_CUDA, CX_REQUIRES_GRAD, CX_IS_SPARSE, CX_IS_CONTIGUOUS, CX_IS_CONJ,
+    CX_IS_NEG, CX_NUMEL, CX_DATA_PTR, CX_NAME, CX_TENSOR, CX_PARAMETER, CX_TORCH_STREAMS, CX_TORCH_STREAM, CX_DEVICE,
+    CX_INDEX, CX_ORDER, CX_LAST, CX_EV, CX_COUNT
 };
 static PyObject *cx_s[CX_COUNT];
+static int cx_is_torch(PyObject *obj);
+static PyObject *cx_torch_plain(PyObject *interop, PyObject *t);
 static const char *const cx_names[CX_COUNT] = {
     "version", "typestr", "strides", "mask", "stream", "shape", "data", "_dtypes", "ensure_context", "_driver",
     "stream_wait", "what", "__cuda_array_interface__ import", "_import_preferring_cai", "_from_cai_dict",
     "_import_without_cai", "torch_plain", "__cuda_array_interface__", "__module__", "itemsize", "ptr", "readonly",
     "dtype", "device_type", "device_id", "_info", "_gpu", "_owner", "_pending", "_meta", "_icache", "_alloc",
-    "_dl_codes", "_dlpack_python", "c_contiguous_strides", "torch", "_tls", "pushed", "devices", "_primary"};
+    "_dl_codes", "_dlpack_python", "c_contiguous_strides", "torch", "_tls", "pushed", "devices", "_primary",
+    "_torch_dtypes", "is_cuda", "requires_grad", "is_sparse", "is_contiguous", "is_conj", "is_neg", "numel", "data_ptr",
+    "__name__", "Tensor", "Parameter", "_torch_streams", "_torch_stream", "device", "index", "order", "_last", "ev"};
 
 /* module.name, read now from the module's dictionary (what getattr finds for a module without
  * __getattr__, in a third of the time), else through getattr (its AttributeError). */
@@ -2683,12 +2696,10 @@ static PyObject *cuda_import_cai(PyObject *m, PyObject *args) {
     if (python < 0) return NULL;
     if (python) return cx_call(cx_arrays, CX_IMPORT_PY, obj, stream, NULL);
     /* interop.torch_plain returns None unless type(obj).__module__ is "torch": not called then */
-    PyObject *module = PyObject_GetAttr((PyObject *)Py_TYPE(obj), cx_s[CX_MODULE]);
-    int torch = module == NULL || !PyUnicode_CheckExact(module) || PyUnicode_Compare(module, cx_s[CX_TORCH]) == 0;
-    Py_XDECREF(module);
-    PyErr_Clear();
+    int torch = cx_is_torch(obj);
+    if (torch < 0) return NULL;
     if (torch) {
-        PyObject *view = cx_call(cx_interop, CX_TORCH_PLAIN, obj, NULL, NULL);
+        PyObject *view = cx_torch_plain(cx_interop, obj);
         if (view == NULL) return NULL;
         if (view != Py_None) { /* (ptr, shape, dtype): a contiguous tensor, no stream (its CAI is v2) */
             PyObject *r = NULL;
@@ -3026,6 +3037,334 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ a PyTorch tensor, read directly */
+
+/* Whether type(obj).__module__ == "torch" as Python compares it: 1, 0, or -1 on error. */
+static int cx_is_torch(PyObject *obj) {
+    PyObject *module = PyObject_GetAttr((PyObject *)Py_TYPE(obj), cx_s[CX_MODULE]);
+    if (module == NULL) return -1;
+    int torch = PyUnicode_CheckExact(module) ? PyUnicode_Compare(module, cx_s[CX_TORCH]) == 0
+                                             : cx_compare(module, cx_s[CX_TORCH], Py_EQ);
+    Py_DECREF(module);
+    return torch;
+}
+
+/* bool(obj.name) (call: bool(obj.name())): 1, 0, or -1 on error. */
+static int cx_truth(PyObject *obj, int name, int call) {
+    PyObject *v = call ? PyObject_CallMethodObjArgs(obj, cx_s[name], NULL) : PyObject_GetAttr(obj, cx_s[name]);
+    if (v == NULL) return -1;
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+/* interop.torch_plain(t) in C, for a tensor whose type's __module__ is "torch" (checked by the
+ * caller): the same reads in the same order, (pointer, shape, dtype) or None. Until interop has
+ * learnt PyTorch's dtypes (its first call), the Python function answers. */
+static PyObject *cx_torch_plain(PyObject *interop, PyObject *t) {
+    PyObject *name = PyObject_GetAttr((PyObject *)Py_TYPE(t), cx_s[CX_NAME]);
+    if (name == NULL) return NULL;
+    int plain = PyUnicode_CheckExact(name) &&
+                (PyUnicode_Compare(name, cx_s[CX_TENSOR]) == 0 || PyUnicode_Compare(name, cx_s[CX_PARAMETER]) == 0);
+    Py_DECREF(name);
+    if (!plain) Py_RETURN_NONE;
+    PyObject *dtypes = cx_attr(interop, CX_TORCH_DTYPES);
+    if (dtypes == NULL) return NULL;
+    if (!PyDict_CheckExact(dtypes) || PyDict_Size(dtypes) == 0) {
+        Py_DECREF(dtypes);
+        return cx_call(interop, CX_TORCH_PLAIN, t, NULL, NULL);
+    }
+    PyObject *r = NULL, *dt = NULL, *dtype = NULL, *shape_obj = NULL, *shape = NULL, *ptr = NULL;
+    int v;
+    if ((dt = PyObject_GetAttr(t, cx_s[CX_DTYPE])) == NULL) goto done;
+    dtype = PyDict_GetItemWithError(dtypes, dt); /* borrowed: dtypes is held */
+    if (dtype == NULL) {
+        if (!PyErr_Occurred()) goto none;
+        goto done;
+    }
+    if ((v = cx_truth(t, CX_IS_CUDA, 0)) <= 0) goto none_or_error;
+    if ((v = cx_truth(t, CX_REQUIRES_GRAD, 0)) != 0) goto none_or_error;
+    if ((v = cx_truth(t, CX_IS_SPARSE, 0)) != 0) goto none_or_error;
+    if ((v = cx_truth(t, CX_IS_CONTIGUOUS, 1)) <= 0) goto none_or_error;
+    if ((v = cx_truth(t, CX_IS_CONJ, 1)) != 0) goto none_or_error;
+    if ((v = cx_truth(t, CX_IS_NEG, 1)) != 0) goto none_or_error;
+    if ((shape_obj = PyObject_GetAttr(t, cx_s[CX_SHAPE])) == NULL) goto done;
+    if ((shape = PySequence_Tuple(shape_obj)) == NULL) goto done;
+    if ((v = cx_truth(t, CX_NUMEL, 1)) < 0) goto done;
+    if (v) {
+        if ((ptr = PyObject_CallMethodObjArgs(t, cx_s[CX_DATA_PTR], NULL)) == NULL) goto done;
+    } else {
+        Py_INCREF(cx_int[0]);
+        ptr = cx_int[0];
+    }
+    r = PyTuple_Pack(3, ptr, shape, dtype);
+    goto done;
+none_or_error:
+    if (v < 0) goto done;
+none:
+    Py_INCREF(Py_None);
+    r = Py_None;
+done:
+    Py_DECREF(dtypes);
+    Py_XDECREF(dt);
+    Py_XDECREF(shape_obj);
+    Py_XDECREF(shape);
+    Py_XDECREF(ptr);
+    return r;
+}
+
+/* interop._torch_stream(obj) in C for a tensor of module "torch" on a device with an index, once
+ * interop has found PyTorch's raw stream getter; else the Python function. */
+static PyObject *cx_torch_stream(PyObject *interop, PyObject *obj) {
+    PyObject *streams = cx_attr(interop, CX_TORCH_STREAMS), *raw, *device = NULL, *index = NULL, *handle = NULL, *r = NULL;
+    if (streams == NULL) return NULL;
+    if (!PyTuple_CheckExact(streams) || PyTuple_Size(streams) != 2 || (raw = PyTuple_GetItem(streams, 1)) == Py_None) {
+        Py_DECREF(streams);
+        return cx_call(interop, CX_TORCH_STREAM, obj, NULL, NULL);
+    }
+    if ((device = PyObject_GetAttr(obj, cx_s[CX_DEVICE])) == NULL) goto done;
+    if ((index = PyObject_GetAttr(device, cx_s[CX_INDEX])) == NULL) goto done;
+    if (index == Py_None) { /* the current device: the Python function asks PyTorch */
+        r = cx_call(interop, CX_TORCH_STREAM, obj, NULL, NULL);
+        goto done;
+    }
+    if ((handle = PyObject_CallFunctionObjArgs(raw, index, NULL)) == NULL) goto done;
+    if ((r = PyNumber_Long(handle)) == NULL) goto done;
+    int zero = PyObject_Not(r);
+    if (zero < 0) Py_CLEAR(r);
+    else if (zero) { /* int(handle) or LEGACY_STREAM */
+        Py_INCREF(cx_int[1]);
+        Py_XSETREF(r, cx_int[1]);
+    }
+done:
+    Py_DECREF(streams);
+    Py_XDECREF(device);
+    Py_XDECREF(index);
+    Py_XDECREF(handle);
+    return r;
+}
+
+/* ------------------------------------------------------------------ FromCuda */
+
+/* ArrayKind.from_cuda in C for a cuda library with pybridge's stream accessors (kinds.py's
+ * _from_cuda stays the definition and the fallback): the closed check, a plain PyTorch tensor read
+ * directly or the plain CAI form of the kind's dtype and rank, Futhark's stream ordered after the
+ * producer's (the event ordering.order used last, tried first as it does; anything else through
+ * ordering.order, which then names the event to try next), then RawNew. Anything off that path
+ * calls fallback(obj, cai) with the interface it read, so errors come from one place. */
+typedef struct {
+    PyObject_HEAD
+    RawNewObject *raw_new;
+    PyObject *public, *fallback, *typestr, *dtype, *ordering, *interop, *waiter_obj;
+    uintptr_t waiter, event;
+    record_fn record;
+    wait_fn wait;
+} FromCudaObject;
+
+static int fromcuda_traverse(FromCudaObject *f, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(f));
+    Py_VISIT((PyObject *)f->raw_new);
+    Py_VISIT(f->public);
+    Py_VISIT(f->fallback);
+    Py_VISIT(f->typestr);
+    Py_VISIT(f->dtype);
+    Py_VISIT(f->ordering);
+    Py_VISIT(f->interop);
+    Py_VISIT(f->waiter_obj);
+    return 0;
+}
+
+static int fromcuda_clear(FromCudaObject *f) {
+    Py_CLEAR(f->raw_new);
+    Py_CLEAR(f->public);
+    Py_CLEAR(f->fallback);
+    Py_CLEAR(f->typestr);
+    Py_CLEAR(f->dtype);
+    Py_CLEAR(f->ordering);
+    Py_CLEAR(f->interop);
+    Py_CLEAR(f->waiter_obj);
+    return 0;
+}
+
+static void fromcuda_dealloc(FromCudaObject *f) {
+    PyTypeObject *tp = Py_TYPE(f);
+    PyObject_GC_UnTrack(f);
+    fromcuda_clear(f);
+    freefunc fr = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    fr(f);
+    Py_DECREF(tp);
+}
+
+/* FromCuda(raw_new, dtype, public, fallback, ordering, interop, futhark_stream, record_address, wait_address) */
+static PyObject *fromcuda_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *raw_new, *dtype, *public, *fallback, *ordering, *interop, *waiter;
+    unsigned long long record, wait;
+    if (!PyArg_ParseTuple(args, "O!OOOOOO!KK:FromCuda", RawNewType, &raw_new, &dtype, &public, &fallback, &ordering,
+                          &interop, &PyLong_Type, &waiter, &record, &wait))
+        return NULL;
+    if (!record || !wait) {
+        PyErr_SetString(PyExc_ValueError, "FromCuda: null driver function");
+        return NULL;
+    }
+    if (!PyModule_Check(interop)) { /* read through its dictionary (cx_attr) */
+        PyErr_SetString(PyExc_TypeError, "FromCuda: interop must be the pybridge.interop module");
+        return NULL;
+    }
+    if (cx_init() < 0) return NULL;
+    uintptr_t w = (uintptr_t)PyLong_AsUnsignedLongLong(waiter);
+    if (w == (uintptr_t)-1 && PyErr_Occurred()) return NULL;
+    PyObject *typestr = PyObject_GetAttrString(dtype, "str");
+    if (typestr == NULL) return NULL;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    FromCudaObject *f = (FromCudaObject *)alloc(type, 0);
+    if (f == NULL) {
+        Py_DECREF(typestr);
+        return NULL;
+    }
+    PyObject **keep[] = {(PyObject **)&f->raw_new, &f->dtype, &f->public, &f->fallback, &f->ordering, &f->interop,
+                         &f->waiter_obj};
+    PyObject *vals[] = {raw_new, dtype, public, fallback, ordering, interop, waiter};
+    for (int i = 0; i < 7; i++) {
+        Py_INCREF(vals[i]);
+        *keep[i] = vals[i];
+    }
+    f->typestr = typestr;
+    f->waiter = w;
+    f->event = 0;
+    f->record = (record_fn)(uintptr_t)record;
+    f->wait = (wait_fn)(uintptr_t)wait;
+    return (PyObject *)f;
+}
+
+/* Futhark's stream waits (on the device) for the work queued so far on `producer` (an int), as
+ * FutharkStream.wait_for does: 0, or -1 with ordering.order's error. */
+static int fromcuda_order(FromCudaObject *f, PyObject *producer) {
+    int64_t p;
+    int ok = cx_int64(producer, &p);
+    if (ok < 0) return -1;
+    if (ok && (uintptr_t)p == f->waiter) return 0;
+    /* The GIL is held across both calls: no other thread records this event in between. */
+    if (ok && f->event && f->record(f->event, (uintptr_t)p) == 0 && f->wait(f->waiter, f->event, 0) == 0) return 0;
+    PyObject *order = PyObject_GetAttr(f->ordering, cx_s[CX_ORDER]), *r; /* any object: tests stand one in */
+    if (order == NULL) return -1;
+    r = PyObject_CallFunctionObjArgs(order, f->waiter_obj, producer, NULL);
+    Py_DECREF(order);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    /* the event of the primary context order used (ordering._last): tried first next time */
+    PyObject *last = PyObject_GetAttr(f->ordering, cx_s[CX_LAST]), *ev = NULL;
+    if (last == NULL) return -1;
+    if (PyList_CheckExact(last) && PyList_Size(last) > 0 && (ev = PyObject_GetAttr(PyList_GetItem(last, 0), cx_s[CX_EV])) != NULL) {
+        unsigned long long e = PyLong_AsUnsignedLongLong(ev);
+        if (e == (unsigned long long)-1 && PyErr_Occurred()) PyErr_Clear();
+        else f->event = (uintptr_t)e;
+    }
+    PyErr_Clear();
+    Py_XDECREF(ev);
+    Py_DECREF(last);
+    return 0;
+}
+
+static PyObject *fromcuda_fallback(FromCudaObject *f, PyObject *obj, PyObject *cai) {
+    return PyObject_CallFunctionObjArgs(f->fallback, obj, cai, NULL);
+}
+
+static PyObject *fromcuda_call(FromCudaObject *f, PyObject *args, PyObject *kw) {
+    if ((kw != NULL && PyDict_Size(kw) != 0) || PyTuple_Size(args) != 1)
+        return PyObject_Call(f->public, args, kw); /* the method's own binding and its errors */
+    PyObject *obj = PyTuple_GetItem(args, 0);
+    if (!f->raw_new->state->open) {
+        PyErr_SetObject(InvalidHandleError, s_closed_msg); /* before any order on the freed stream */
+        return NULL;
+    }
+    int torch = cx_is_torch(obj);
+    if (torch < 0) return NULL;
+    if (torch) { /* interop._torch_view: a plain tensor of this dtype and rank */
+        PyObject *view = cx_torch_plain(f->interop, obj);
+        if (view == NULL) return NULL;
+        if (view != Py_None) {
+            PyObject *shape = PyTuple_GetItem(view, 1);
+            int same = PyTuple_CheckExact(shape) && PyTuple_Size(shape) == f->raw_new->rank
+                           ? cx_compare(PyTuple_GetItem(view, 2), f->dtype, Py_EQ) : 0;
+            if (same < 0) {
+                Py_DECREF(view);
+                return NULL;
+            }
+            if (same) {
+                PyObject *stream = cx_torch_stream(f->interop, obj), *h = NULL;
+                if (stream != NULL && (stream == Py_None || fromcuda_order(f, stream) == 0)) {
+                    PyObject *ptr = PyTuple_GetItem(view, 0);
+                    uint64_t data = PyLong_AsUnsignedLongLong(ptr);
+                    h = data == (uint64_t)-1 && PyErr_Occurred() ? NULL : rawnew_make(f->raw_new, data, shape, obj);
+                }
+                Py_XDECREF(stream);
+                Py_DECREF(view);
+                return h;
+            }
+        }
+        Py_DECREF(view);
+    }
+    PyObject *cai = PyObject_GetAttr(obj, cx_s[CX_CAI]); /* read once: some producers build it in Python */
+    if (cai == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+        PyErr_Clear(); /* interop.futhark_view_of's TypeError (raised from None), without a second read */
+        PyObject *name = PyObject_GetAttr((PyObject *)Py_TYPE(obj), cx_s[CX_NAME]);
+        if (name != NULL) PyErr_Format(PyExc_TypeError, "from_cuda: %S has no __cuda_array_interface__", name);
+        Py_XDECREF(name);
+        return NULL;
+    }
+    PyObject *out[5], *h = NULL;
+    int plain = cx_plain(cai, f->typestr, out);
+    if (plain < 0) goto done;
+    if (plain == 0 || PyTuple_Size(out[2]) != f->raw_new->rank) {
+        if (plain) for (int i = 0; i < 5; i++) Py_DECREF(out[i]);
+        h = fromcuda_fallback(f, obj, cai);
+        goto done;
+    }
+    PyObject *stream = out[4];
+    Py_INCREF(stream);
+    if (stream == Py_None) { /* CAI v2 (PyTorch's) names no stream, and PyTorch does not sync */
+        PyObject *version = PyDict_GetItemWithError(cai, cx_s[CX_VERSION]);
+        int v2 = version == NULL ? (PyErr_Occurred() ? -1 : 0) : cx_compare(version, cx_int[2], Py_EQ);
+        if (v2 > 0) Py_XSETREF(stream, cx_call(f->interop, CX_TORCH_STREAM, obj, NULL, NULL));
+        else if (v2 < 0) Py_CLEAR(stream);
+    }
+    if (stream != NULL && (stream == Py_None || fromcuda_order(f, stream) == 0)) {
+        uint64_t data = PyLong_AsUnsignedLongLong(out[0]); /* cx_plain: an int in [0, 2**64) */
+        if (!(data == (uint64_t)-1 && PyErr_Occurred())) h = rawnew_make(f->raw_new, data, out[2], obj);
+    }
+    Py_XDECREF(stream);
+    for (int i = 0; i < 5; i++) Py_DECREF(out[i]);
+done:
+    Py_DECREF(cai);
+    return h;
+}
+
+static PyType_Slot fromcuda_slots[] = {
+    {Py_tp_dealloc, fromcuda_dealloc},
+    {Py_tp_traverse, fromcuda_traverse},
+    {Py_tp_clear, fromcuda_clear},
+    {Py_tp_call, fromcuda_call},
+    {Py_tp_new, fromcuda_new},
+    {Py_tp_doc, "ArrayKind.from_cuda in C for its common case (kinds.py)."},
+    {0, NULL},
+};
+
+static PyType_Spec fromcuda_spec = {"pybridge.futhark._callpath.FromCuda", sizeof(FromCudaObject), 0,
+                                    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, fromcuda_slots};
+
+/* torch_plain(interop, t): cx_torch_plain for a caller that made the module test too (tests). */
+static PyObject *torch_plain_py(PyObject *m, PyObject *args) {
+    PyObject *interop, *t;
+    if (!PyArg_ParseTuple(args, "O!O:torch_plain", &PyModule_Type, &interop, &t) || cx_init() < 0) return NULL;
+    int torch = cx_is_torch(t);
+    if (torch <= 0) {
+        if (torch < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    return cx_torch_plain(interop, t);
+}
+
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS, "Set the Python objects the compiled path uses (callpath.py, once)."},
     {"numpy_scalars", numpy_scalars, METH_VARARGS, "Which NumPy scalar types the plans read and make in place (checked)."},
@@ -3035,6 +3374,7 @@ static PyMethodDef module_methods[] = {
     {"configure_dlpack", configure_dlpack, METH_VARARGS, "Give ArrayBase.__dlpack__ interop's export cache and futhark_dlpack."},
     {"order_streams", order_streams, METH_VARARGS, "cuEventRecord then cuStreamWaitEvent through their addresses (ordering.py)."},
     {"plain_cai_of", plain_cai_of, METH_VARARGS, "interop.plain_cai_of in C."},
+    {"torch_plain", torch_plain_py, METH_VARARGS, "interop.torch_plain(t) in C: torch_plain(interop, t)."},
     {"cuda_import_cai", cuda_import_cai, METH_VARARGS, "pybridge.cuda.arrays._import_preferring_cai in C (its common case)."},
     {"cuda_dlpack", cuda_dlpack, METH_VARARGS, "pybridge.cuda.arrays._dlpack_python in C (its common case)."},
     {"configure_cuda", configure_cuda, METH_VARARGS, "Give the cuda exchange functions pybridge.cuda's side (arrays.py, once)."},
@@ -3075,10 +3415,12 @@ PyMODINIT_FUNC PyInit__callpath(void) {
     PlanType = (PyTypeObject *)PyType_FromSpec(&plan_spec);
     if (ArrayBaseType == NULL || OpaqueBaseType == NULL || PlanType == NULL) goto fail;
     PyTypeObject *SyncType = (PyTypeObject *)PyType_FromSpec(&sync_spec);
-    PyTypeObject *RawNewType = (PyTypeObject *)PyType_FromSpec(&rawnew_spec);
-    if (SyncType == NULL || RawNewType == NULL) goto fail;
-    PyTypeObject *types[] = {StateType, ValueType, ArrayBaseType, OpaqueBaseType, PlanType, LockType, SyncType, RawNewType};
-    const char *tnames[] = {"State", "Value", "ArrayBase", "OpaqueBase", "Plan", "Lock", "Sync", "RawNew"};
+    RawNewType = (PyTypeObject *)PyType_FromSpec(&rawnew_spec);
+    PyTypeObject *FromCudaType = (PyTypeObject *)PyType_FromSpec(&fromcuda_spec);
+    if (SyncType == NULL || RawNewType == NULL || FromCudaType == NULL) goto fail;
+    PyTypeObject *types[] = {StateType, ValueType, ArrayBaseType, OpaqueBaseType, PlanType, LockType, SyncType, RawNewType,
+                             FromCudaType};
+    const char *tnames[] = {"State", "Value", "ArrayBase", "OpaqueBase", "Plan", "Lock", "Sync", "RawNew", "FromCuda"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         Py_INCREF(types[i]);
         if (PyModule_AddObject(m, tnames[i], (PyObject *)types[i]) < 0) {

@@ -15,12 +15,13 @@ import numpy as np
 # that Ctrl-C interrupts can leave CPython's import lock held (RELIABILITY.md, "Ctrl-C").
 import numpy.ma  # noqa: F401
 
+from .. import interop, ordering
 from ..interop import futhark_view_of
 from . import aliases, binformat, restorecheck
 from .callpath import compiled, plans_compiled
 from .cdef import struct_name
 from .context import function_address
-from .errors import FutharkError, ValueFormatError
+from .errors import FutharkError, InvalidHandleError, ValueFormatError
 from .gpustream import futhark_stream
 from .handles import ArrayHandle, OpaqueHandle, Value, call_for_results, new_value
 from .manifest import ArrayInfo, OpaqueInfo
@@ -70,6 +71,7 @@ class ArrayKind:
         # new_raw in C (_callpath.RawNew), made at first use; None where the Python code serves
         # (as for call plans: no extension, ABI mode, PYBRIDGE_CALL_PATH=python, python_plans()).
         self._raw_new: Any = _UNMADE if plans_compiled() and library.mode == "api" else None
+        self._from_cuda_c: Any = self._raw_new  # from_cuda in C (_callpath.FromCuda), likewise
         _tell_compiled_path(self)
 
     def _compiled_raw_new(self) -> Any:
@@ -172,11 +174,42 @@ class ArrayKind:
 
     def from_cuda(self, obj: Any) -> ArrayHandle:
         """Zero-copy view of a CUDA array (anything with ``__cuda_array_interface__``)."""
-        if self.library.backend != "cuda":
-            raise TypeError(f"from_cuda needs a cuda-backend library, this one is {self.library.backend}")
+        fast = self._compiled_from_cuda()
+        if fast is None:
+            return self._from_cuda(obj)
+        # Later calls find the C function on the instance before this method: no Python frame.
+        vars(self)["from_cuda"] = fast
+        return fast(obj)  # type: ignore[no-any-return]
+
+    def _compiled_from_cuda(self) -> Any:
+        """``_callpath.FromCuda`` for this kind (made once), or None where the Python code serves:
+        no compiled path, not cuda, no stream accessors (the host syncs then), a library closed."""
+        made = self._from_cuda_c
+        if made is _UNMADE:
+            lib = self.library
+            if lib.backend != "cuda" or lib.context.closed:
+                return None  # _from_cuda's error, or asked again once it can be made
+            made = None
+            fs, raw_new = futhark_stream(lib), self._compiled_raw_new()
+            driver = ordering._compiled_order() if fs is not None else None
+            if raw_new is not None and fs is not None and driver is not None and compiled is not None \
+                    and lib.raw_ctype == "CUdeviceptr":
+                made = compiled.FromCuda(raw_new, self.dtype, ArrayKind.from_cuda.__get__(self), self._from_cuda,
+                                         ordering, interop, fs.stream, driver[1], driver[2])
+            self._from_cuda_c = made
+        return made
+
+    def _from_cuda(self, obj: Any, cai: Any = interop.UNREAD) -> ArrayHandle:
+        """from_cuda in Python: the definition, and what FromCuda calls off its common path (with
+        ``cai``, the interface it read, if it read one)."""
+        lib = self.library
+        if lib.backend != "cuda":
+            raise TypeError(f"from_cuda needs a cuda-backend library, this one is {lib.backend}")
+        if lib.context.closed:  # before ordering anything on the freed context's stream
+            raise InvalidHandleError("the Futhark context is closed")
         # checks, and orders Futhark's stream after the producer's (on the device where it can)
-        ptr, shape, plain = futhark_view_of(obj, self.dtype, self.rank, futhark_stream(self.library))
-        lib, fn = self.library, self.new_raw_fn
+        ptr, shape, plain = futhark_view_of(obj, self.dtype, self.rank, futhark_stream(lib), cai)
+        fn = self.new_raw_fn
         if not plain or fn is None or lib.raw_ctype != "CUdeviceptr":
             return self.new_raw(ptr, shape, owner=obj)
         # The plain CAI form has the rank and non-negative exact ints new_raw would check for.

@@ -69,6 +69,84 @@ def test_from_cuda_in_c_and_in_python_agree(both) -> None:
         assert seen[:2] == seen[2:], (type(producer).__name__, x.size, seen)
     with pytest.raises(TypeError, match="expected dtype float32"):
         fast.types["[]f32"].from_cuda(pytest.importorskip("cupy").zeros(3, np.float64))
+    # the fast library's method put _callpath.FromCuda on its kind; the Python one's kept the method
+    assert isinstance(vars(fast.types["[]f32"]).get("from_cuda"), callpath.compiled.FromCuda)
+    assert "from_cuda" not in vars(slow.types["[]f32"])
+
+
+def _odd_producers():
+    """Producers off FromCuda's common path (its fallback) and on it (numba), with the outcome each must give."""
+    cp = pytest.importorskip("cupy", reason="CuPy is not installed")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    x = np.arange(12, dtype=np.float32)
+    out = [cp.asarray(x)[::2], cp.asarray(x).reshape(3, 4), cp.asarray(x.astype(np.float64)),
+           torch.from_numpy(x).cuda().reshape(3, 4).t(), torch.from_numpy(x).cuda().requires_grad_(),
+           torch.from_numpy(x.astype(np.float64)).cuda(), torch.nn.Parameter(torch.from_numpy(x).cuda(), requires_grad=False),
+           torch.from_numpy(x), np.arange(3, dtype=np.float32)]
+    try:
+        from numba import cuda as nb
+
+        out.append(nb.to_device(x))
+    except Exception:  # noqa: BLE001 - numba-cuda may not work with this NumPy: the others still run
+        pass
+    return out
+
+
+def test_from_cuda_off_its_common_path_in_c_and_in_python_agree(both) -> None:
+    """Strided, 2-d, wrong-dtype, grad, Parameter, host and NumPy producers: the same handle or the
+    same error, word for word, through FromCuda (its fallback) and the Python method."""
+    for producer in _odd_producers():
+        seen = []
+        for lib in both:
+            try:
+                h = lib.types["[]f32"].from_cuda(producer)
+                seen.append(("ok", h.numpy().tolist(), h._keep is producer))
+                h.free()
+            except Exception as e:  # noqa: BLE001 - compared: type and message
+                seen.append((type(e).__name__, str(e)))
+            seen.append(lib.live_values())
+        assert seen[:2] == seen[2:], (type(producer).__name__, seen)
+
+
+def test_from_cuda_in_c_waits_for_each_producer_stream_in_turn(both) -> None:
+    """Producers on two CuPy streams and on PyTorch's side stream, each still computing when it is
+    handed over, in turn: the first order goes through ordering.order, the later ones record and
+    wait in C with the event it used (a stream of another context would send them back). Futhark
+    must read what each producer wrote."""
+    from cuda_gpu_support import SLEEP_CYCLES, slow_cupy
+
+    cp = pytest.importorskip("cupy", reason="CuPy is not installed")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    fast, _ = both
+    kind = fast.types["[]f32"]
+    zeros = kind.new(np.zeros(1 << 20, np.float32))
+    streams = [cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)]
+    ts = torch.cuda.Stream()
+    try:
+        for k in range(6):
+            x0 = np.random.default_rng(k).standard_normal(1 << 20, dtype=np.float32)
+            want = x0 * np.float32(2.0) + np.float32(1.0)
+            if k % 3 < 2:
+                s = streams[k % 3]
+                y = slow_cupy(cp, s, x0)
+                with s:
+                    h = kind.from_cuda(y)
+                    still = not s.done
+            else:
+                xg = torch.from_numpy(x0).cuda()
+                torch.cuda.synchronize()
+                with torch.cuda.stream(ts):
+                    torch.cuda._sleep(SLEEP_CYCLES)
+                    y = xg * 2.0 + 1.0
+                    h = kind.from_cuda(y)
+                    still = not ts.query()
+            assert still, f"round {k}: the producer finished before the exchange: make it slower"
+            got = fast.saxpy(1.0, h, zeros).numpy()
+            assert np.array_equal(got, want), f"round {k}: Futhark did not wait for the producer"
+            h.free()
+        assert isinstance(vars(kind).get("from_cuda"), callpath.compiled.FromCuda)
+    finally:
+        zeros.free()
 
 
 def test_a_second_export_in_c_is_ordered_and_released(both) -> None:
