@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import pybridge.futhark as pf
 from pybridge import interop, ordering
-from pybridge.futhark import InvalidHandleError, callpath
+from pybridge.futhark import InvalidHandleError, callpath, gpustream
 from pybridge.paths import find_build_file
 
 pytestmark = [
@@ -377,3 +377,150 @@ def test_a_c_library_keeps_the_python_method(library) -> None:
     with pytest.raises(TypeError, match="from_cuda needs a cuda-backend library, this one is c"):
         kind.from_cuda(PRODUCERS["numba"]())
     assert "from_cuda" not in vars(kind)
+
+
+# -- review4: adversarial cases (each failed before its fix)
+
+
+def _fresh_library_for(path, drv, monkeypatch):
+    """A library of its own (it gets closed) and the path under test for its []f32."""
+    so = find_build_file("reference/c/libprobe.so")
+    if so is None:
+        pytest.skip("reference/c/libprobe.so not built")
+    lib = pf.load(so)
+    kind = lib.types["[]f32"]
+    lib.backend = "cuda"
+    stream = gpustream.FutharkStream.__new__(gpustream.FutharkStream)  # the real wait_for, no driver
+    stream.stream, stream._state = WAITER, lib.context._state
+    lib.context._gpu_stream = stream
+    if path == "c":
+        return lib, callpath.compiled.FromCuda(kind._compiled_raw_new(), kind.dtype, type(kind).from_cuda.__get__(kind),
+                                               kind._from_cuda, drv.module, interop, WAITER, *drv.addresses())
+    return lib, kind._from_cuda
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_a_producer_that_closes_the_library_orders_nothing(path, monkeypatch) -> None:
+    """The interface is read after the closed check: a producer whose property closes the library
+    (or another thread closing it meanwhile) must not get Futhark's freed stream ordered."""
+    drv = Driver()
+    monkeypatch.setattr(ordering, "order", drv.order)
+    lib, fn = _fresh_library_for(path, drv, monkeypatch)
+
+    class Closing:
+        @property
+        def __cuda_array_interface__(self):
+            lib.close()
+            return {"shape": (8,), "typestr": "<f4", "version": 3, "stream": 1, "data": (BUFFER.ctypes.data, False)}
+
+    with pytest.raises(InvalidHandleError, match="the Futhark context is closed"):
+        fn(Closing())
+    assert drv.orders == []
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_a_torch_dtype_dropped_while_the_tensor_is_read_stays_alive(paths, library, path, monkeypatch) -> None:
+    """torch_plain's dtype (a value of interop._torch_dtypes) is held while the tensor's attributes
+    run Python code: a borrowed reference would be used after it is freed (a crash; here the value
+    resurrects itself, so the test fails instead, naming when it was dropped)."""
+    drv, made = paths
+    log, kept = [], []
+
+    class Dtype:  # a value only the dictionary holds
+        def __eq__(self, other):
+            return other == np.dtype(np.float32)
+
+        __hash__ = object.__hash__
+
+        def __del__(self):
+            log.append("dropped")
+            kept.append(self)  # its memory stays valid whatever the path does next
+
+    monkeypatch.setattr(interop, "_torch_dtypes", {F32: Dtype()})
+
+    class Dropping(Tensor):
+        @property
+        def is_cuda(self):
+            interop._torch_dtypes.clear()  # the last reference to the Dtype, but for torch_plain's
+            return True
+
+        @is_cuda.setter
+        def is_cuda(self, value):
+            pass
+
+        def data_ptr(self):
+            log.append("data_ptr")
+            return super().data_ptr()
+
+    Dropping.__name__, Dropping.__module__ = "Tensor", "torch"
+    made["[]f32"][path](Dropping()).free()
+    assert log == ["data_ptr", "dropped"]
+
+
+def test_a_torch_data_ptr_that_is_not_an_int_fails_as_in_python(paths, library, monkeypatch) -> None:
+    """On cuda (raw_ctype CUdeviceptr) the Python path hands data_ptr() to RawNew: its TypeError."""
+    monkeypatch.setattr(library, "raw_ctype", "CUdeviceptr")
+    for ptr in (1.5, np.int64(BUFFER.ctypes.data), "7"):
+        fast, slow = both(paths, library, "[]f32", lambda: Tensor(ptr=ptr))
+        assert fast == slow, ptr
+
+
+def test_no_interface_error_suppresses_its_context(paths, library) -> None:
+    """`raise ... from None` in Python: the TypeError hides the AttributeError (and, inside an
+    except block of the caller, does not chain the caller's exception either)."""
+    drv, made = paths
+    seen = []
+    for path in ("c", "python"):
+        try:
+            raise KeyError("the caller's")
+        except KeyError:
+            with pytest.raises(TypeError, match="has no __cuda_array_interface__") as e:
+                made["[]f32"][path](Other())
+        seen.append((e.value.__suppress_context__, e.value.__cause__, type(e.value.__context__)))
+    assert seen[0] == seen[1]
+
+
+def test_a_torch_tensor_on_the_current_device_has_its_device_read_once(paths, library, monkeypatch) -> None:
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(current_device=lambda: 1))
+    monkeypatch.setattr(interop, "_torch_streams", (fake, lambda index: {0: 0, 1: 0x5EED}[index]))
+
+    class Counting(Tensor):
+        reads = 0
+
+        @property
+        def device(self):
+            self.reads += 1
+            return types.SimpleNamespace(index=None)
+
+        @device.setter
+        def device(self, value):
+            pass
+
+    Counting.__name__, Counting.__module__ = "Tensor", "torch"
+    fast, slow = both(paths, library, "[]f32", Counting)
+    assert fast == slow
+
+
+def test_a_failed_wait_after_the_cached_record_raises_as_ordering_does(paths, library, monkeypatch) -> None:
+    """ordering.EventSlot.try_order raises CudaCallError(cuStreamWaitEvent) when the record worked
+    but the wait did not: the C path must not retry it through ordering.order (a second record)."""
+    drv, made = paths
+    c = made["[]f32"]["c"]
+    cupy = PRODUCERS["cupy, legacy stream"]
+    waits = []
+
+    def wait(stream, ev, flags):
+        waits.append(stream)
+        return 999 if len(waits) == 1 else 0
+
+    failing = _WAIT(wait)
+    monkeypatch.setattr(drv, "wait", failing)
+    f = callpath.compiled.FromCuda(library.types["[]f32"]._compiled_raw_new(), np.dtype(np.float32),
+                                   c, c, drv.module, interop, WAITER, drv.addresses()[0],
+                                   ctypes.cast(failing, ctypes.c_void_p).value)
+    f(cupy()).free()  # caches the event through ordering.order (drv.order: no wait callback)
+    waits.clear()
+    monkeypatch.setattr(drv.module, "_check", ordering._check, raising=False)
+    with pytest.raises(ordering.CudaCallError, match="cuStreamWaitEvent"):
+        f(cupy())
+    assert len(waits) == 1

@@ -3077,11 +3077,12 @@ static PyObject *cx_torch_plain(PyObject *interop, PyObject *t) {
     PyObject *r = NULL, *dt = NULL, *dtype = NULL, *shape_obj = NULL, *shape = NULL, *ptr = NULL;
     int v;
     if ((dt = PyObject_GetAttr(t, cx_s[CX_DTYPE])) == NULL) goto done;
-    dtype = PyDict_GetItemWithError(dtypes, dt); /* borrowed: dtypes is held */
+    dtype = PyDict_GetItemWithError(dtypes, dt);
     if (dtype == NULL) {
         if (!PyErr_Occurred()) goto none;
         goto done;
     }
+    Py_INCREF(dtype); /* held as Python's local is: the attributes below may empty the dictionary */
     if ((v = cx_truth(t, CX_IS_CUDA, 0)) <= 0) goto none_or_error;
     if ((v = cx_truth(t, CX_REQUIRES_GRAD, 0)) != 0) goto none_or_error;
     if ((v = cx_truth(t, CX_IS_SPARSE, 0)) != 0) goto none_or_error;
@@ -3106,6 +3107,7 @@ none:
     r = Py_None;
 done:
     Py_DECREF(dtypes);
+    Py_XDECREF(dtype);
     Py_XDECREF(dt);
     Py_XDECREF(shape_obj);
     Py_XDECREF(shape);
@@ -3124,9 +3126,13 @@ static PyObject *cx_torch_stream(PyObject *interop, PyObject *obj) {
     }
     if ((device = PyObject_GetAttr(obj, cx_s[CX_DEVICE])) == NULL) goto done;
     if ((index = PyObject_GetAttr(device, cx_s[CX_INDEX])) == NULL) goto done;
-    if (index == Py_None) { /* the current device: the Python function asks PyTorch */
-        r = cx_call(interop, CX_TORCH_STREAM, obj, NULL, NULL);
-        goto done;
+    if (index == Py_None) { /* the current device: torch.cuda.current_device(), as Python asks */
+        PyObject *cuda = PyObject_GetAttrString(PyTuple_GetItem(streams, 0), "cuda");
+        if (cuda == NULL) goto done;
+        PyObject *current = PyObject_CallMethod(cuda, "current_device", NULL);
+        Py_DECREF(cuda);
+        Py_XSETREF(index, current);
+        if (index == NULL) goto done;
     }
     if ((handle = PyObject_CallFunctionObjArgs(raw, index, NULL)) == NULL) goto done;
     if ((r = PyNumber_Long(handle)) == NULL) goto done;
@@ -3238,13 +3244,34 @@ static PyObject *fromcuda_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
 
 /* Futhark's stream waits (on the device) for the work queued so far on `producer` (an int), as
  * FutharkStream.wait_for does: 0, or -1 with ordering.order's error. */
+static int fromcuda_order_open(FromCudaObject *f, PyObject *producer);
+
 static int fromcuda_order(FromCudaObject *f, PyObject *producer) {
+    /* The producer's properties ran since fromcuda_call's check: the context may be closed now
+     * (by them, or by another thread meanwhile). Under the context's lock, as close() runs. */
+    StateObject *s = f->raw_new->state;
+    if (state_lock(s) < 0) return -1;
+    int r = -1;
+    if (!s->open) PyErr_SetObject(InvalidHandleError, s_closed_msg);
+    else r = fromcuda_order_open(f, producer);
+    state_unlock(s);
+    return r;
+}
+
+static int fromcuda_order_open(FromCudaObject *f, PyObject *producer) {
     int64_t p;
     int ok = cx_int64(producer, &p);
     if (ok < 0) return -1;
     if (ok && (uintptr_t)p == f->waiter) return 0;
     /* The GIL is held across both calls: no other thread records this event in between. */
-    if (ok && f->event && f->record(f->event, (uintptr_t)p) == 0 && f->wait(f->waiter, f->event, 0) == 0) return 0;
+    if (ok && f->event && f->record(f->event, (uintptr_t)p) == 0) {
+        int wrc = f->wait(f->waiter, f->event, 0);
+        if (wrc == 0) return 0;
+        /* EventSlot.try_order's _check(rc, "cuStreamWaitEvent"): raised, not retried */
+        PyObject *e = PyObject_CallMethod(f->ordering, "_check", "is", wrc, "cuStreamWaitEvent");
+        Py_XDECREF(e);
+        return -1;
+    }
     PyObject *order = PyObject_GetAttr(f->ordering, cx_s[CX_ORDER]), *r; /* any object: tests stand one in */
     if (order == NULL) return -1;
     r = PyObject_CallFunctionObjArgs(order, f->waiter_obj, producer, NULL);
@@ -3294,8 +3321,12 @@ static PyObject *fromcuda_call(FromCudaObject *f, PyObject *args, PyObject *kw) 
                 PyObject *stream = cx_torch_stream(f->interop, obj), *h = NULL;
                 if (stream != NULL && (stream == Py_None || fromcuda_order(f, stream) == 0)) {
                     PyObject *ptr = PyTuple_GetItem(view, 0);
-                    uint64_t data = PyLong_AsUnsignedLongLong(ptr);
-                    h = data == (uint64_t)-1 && PyErr_Occurred() ? NULL : rawnew_make(f->raw_new, data, shape, obj);
+                    if (!PyLong_Check(ptr)) { /* RawNew's TypeError, as _from_cuda's raw_new(ptr, ...) raises it */
+                        h = PyObject_CallFunctionObjArgs((PyObject *)f->raw_new, ptr, shape, obj, NULL);
+                    } else {
+                        uint64_t data = PyLong_AsUnsignedLongLong(ptr);
+                        h = data == (uint64_t)-1 && PyErr_Occurred() ? NULL : rawnew_make(f->raw_new, data, shape, obj);
+                    }
                 }
                 Py_XDECREF(stream);
                 Py_DECREF(view);
@@ -3307,10 +3338,26 @@ static PyObject *fromcuda_call(FromCudaObject *f, PyObject *args, PyObject *kw) 
     PyObject *cai = PyObject_GetAttr(obj, cx_s[CX_CAI]); /* read once: some producers build it in Python */
     if (cai == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
-        PyErr_Clear(); /* interop.futhark_view_of's TypeError (raised from None), without a second read */
+        /* interop.futhark_view_of's TypeError (raised from None), without a second read */
+        PyObject *at, *av, *atb;
+        PyErr_Fetch(&at, &av, &atb);
+        PyErr_NormalizeException(&at, &av, &atb);
+        if (atb != NULL) PyException_SetTraceback(av, atb);
         PyObject *name = PyObject_GetAttr((PyObject *)Py_TYPE(obj), cx_s[CX_NAME]);
         if (name != NULL) PyErr_Format(PyExc_TypeError, "from_cuda: %S has no __cuda_array_interface__", name);
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyErr_NormalizeException(&t, &v, &tb);
+        if (name != NULL && v != NULL && av != NULL) {
+            PyException_SetContext(v, av); /* steals av */
+            av = NULL;
+            PyException_SetCause(v, NULL); /* `from None`: __suppress_context__ */
+        }
+        PyErr_Restore(t, v, tb);
         Py_XDECREF(name);
+        Py_XDECREF(at);
+        Py_XDECREF(av);
+        Py_XDECREF(atb);
         return NULL;
     }
     PyObject *out[5], *h = NULL;

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import ordering
+from .errors import InvalidHandleError
 
 _CDEF = """
 uintptr_t pybridge_cuda_stream(uintptr_t ctx);
@@ -30,9 +31,9 @@ class FutharkStream:
     The event goes with the CUDA context when Futhark frees it (never destroyed here): use this
     only while the Futhark context is open."""
 
-    __slots__ = ("stream", "cu_ctx", "slot", "_may_fail", "_ctx", "_dll")
+    __slots__ = ("stream", "cu_ctx", "slot", "_may_fail", "_ctx", "_dll", "_state")
 
-    def __init__(self, so_path: Path, ctx_address: int):
+    def __init__(self, so_path: Path, ctx_address: int, state: Any = None):
         global _ffi
         if _ffi is None:
             import cffi
@@ -43,6 +44,7 @@ class FutharkStream:
         # The library cffi loaded already (dlopen gives the same copy); handles as integers.
         self._dll = _ffi.dlopen(str(so_path))
         self._ctx = ctx_address
+        self._state = state  # the Futhark context's (open, lock): wait_for orders only while open
         self.stream = int(self._dll.pybridge_cuda_stream(ctx_address))
         self.cu_ctx = int(self._dll.pybridge_cuda_context(ctx_address))
         self._may_fail = self._dll.pybridge_cuda_may_fail
@@ -53,8 +55,17 @@ class FutharkStream:
         return bool(self._may_fail(self._ctx))
 
     def wait_for(self, producer: int) -> None:
-        """Futhark's later work waits (on the device) for what ``producer`` has queued so far."""
-        ordering.order(self.stream, producer)
+        """Futhark's later work waits (on the device) for what ``producer`` has queued so far.
+        Raises InvalidHandleError once the context is closed: the caller's check came before a
+        producer's properties ran, which may close it (or another thread may meanwhile)."""
+        state = self._state
+        if state is None:
+            ordering.order(self.stream, producer)
+            return
+        with state.lock:  # as close() frees the stream
+            if not state.open:
+                raise InvalidHandleError("the Futhark context is closed")
+            ordering.order(self.stream, producer)
 
     def signal(self, consumer: int) -> None:
         """``consumer``'s later work waits (on the device) for what Futhark has queued so far."""
@@ -75,7 +86,7 @@ def futhark_stream(library: Any) -> FutharkStream | None:
         if library.backend == "cuda":
             address = int(ctx.ffi.cast("uintptr_t", ctx.ptr))
             try:
-                found = FutharkStream(library.path, address)
+                found = FutharkStream(library.path, address, ctx._state)
             except (AttributeError, OSError):
                 found = None  # no accessors: compiled without pybridge's csource.py
         ctx._gpu_stream = found
