@@ -95,6 +95,7 @@ def paths(library, monkeypatch):
     """(driver, {"c": FromCuda, "python": ArrayKind._from_cuda}) for the library's []f32 and []f64."""
     drv = Driver()
     monkeypatch.setattr(library, "backend", "cuda")
+    monkeypatch.setattr(library, "raw_ctype", "CUdeviceptr")  # _from_cuda's branch on cuda: RawNew, as FromCuda
     monkeypatch.setattr(library.context, "_gpu_stream", FakeStream(), raising=False)
     monkeypatch.setattr(ordering, "order", drv.order)
     monkeypatch.setattr(interop, "_torch_dtypes", {F32: np.dtype(np.float32), U8: np.dtype(np.uint8)})

@@ -346,8 +346,11 @@ def call_path_lines(rows: list[dict[str, Any]]) -> list[str]:
             verdict = "pybridge's own part only (the rest: driver, other library)"
         else:
             verdict = "**no**"
+        own_text = "–" if not refs else f"{own:.2f} µs"
+        if refs and own < 0:  # the references go through Python and cffi; pybridge makes the same calls from C
+            own_text += " (below 0: the references, timed from Python, cost more than the same calls made from C)"
         out.append(f"| exchange `{what}` ({bench.removeprefix('exchange: ')}) | {got:.2f} µs | {ref_text} | "
-                   f"{f'{own:.2f} µs' if refs else '–'} | ≤ {EXCHANGE_TARGET_US} µs | {verdict} |")
+                   f"{own_text} | ≤ {EXCHANGE_TARGET_US} µs | {verdict} |")
     for path, backend, impl, ref_impl in CALL_PATH_PROGRAMS:
         r = _summary(rows, backend, impl)
         beside = _summary(rows, backend, ref_impl) if ref_impl else None

@@ -3309,7 +3309,7 @@ static PyObject *fromcuda_call(FromCudaObject *f, PyObject *args, PyObject *kw) 
     if (torch) { /* interop._torch_view: a plain tensor of this dtype and rank */
         PyObject *view = cx_torch_plain(f->interop, obj);
         if (view == NULL) return NULL;
-        if (view != Py_None) {
+        if (PyTuple_CheckExact(view) && PyTuple_Size(view) == 3) { /* else None: not a plain tensor */
             PyObject *shape = PyTuple_GetItem(view, 1);
             int same = PyTuple_CheckExact(shape) && PyTuple_Size(shape) == f->raw_new->rank
                            ? cx_compare(PyTuple_GetItem(view, 2), f->dtype, Py_EQ) : 0;

@@ -133,9 +133,11 @@ def test_from_cuda_in_c_waits_for_each_producer_stream_in_turn(both) -> None:
                     h = kind.from_cuda(y)
                     still = not s.done
             else:
-                xg = torch.from_numpy(x0).cuda()
-                torch.cuda.synchronize()
                 with torch.cuda.stream(ts):
+                    xg = torch.from_numpy(x0).to("cuda")
+                    torch.cuda._sleep(1)
+                    xg * 2.0 + 1.0
+                    ts.synchronize()  # the copy and the kernels' first use (a lazy module load syncs) first
                     torch.cuda._sleep(SLEEP_CYCLES)
                     y = xg * 2.0 + 1.0
                     h = kind.from_cuda(y)
