@@ -21,7 +21,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import fake_producers
 import pybridge.futhark as pf
+from fake_producers import F32, U8, Producer
 from pybridge import interop, ordering
 from pybridge.futhark import InvalidHandleError, callpath, gpustream
 from pybridge.paths import find_build_file
@@ -117,57 +119,11 @@ def paths(library, monkeypatch):
 BUFFER = np.arange(128, dtype=np.float32) * 1.5 - 7
 
 
-class Producer:
-    """A __cuda_array_interface__ built per read (as CuPy and PyTorch do), its reads counted."""
+class Tensor(fake_producers.Tensor):
+    """A fake PyTorch tensor over BUFFER."""
 
-    def __init__(self, cai) -> None:
-        self.cai, self.reads = cai, 0
-
-    @property
-    def __cuda_array_interface__(self):
-        self.reads += 1
-        if isinstance(self.cai, BaseException):
-            raise self.cai
-        return dict(self.cai) if type(self.cai) is dict else self.cai
-
-
-class FakeTorchDtype:
-    pass
-
-
-F32, U8 = FakeTorchDtype(), FakeTorchDtype()
-
-
-class Tensor:
-    """What interop.torch_plain and _torch_stream read of a torch.Tensor, over BUFFER."""
-
-    def __init__(self, shape=(8,), dtype=F32, contiguous=True, cuda=True, grad=False, device=0, ptr=None,
-                 sparse=False) -> None:
-        self.shape, self.dtype, self.is_cuda, self.requires_grad = shape, dtype, cuda, grad
-        self.is_sparse, self._contiguous = sparse, contiguous
-        self._ptr = BUFFER.ctypes.data if ptr is None else ptr
-        self.device = types.SimpleNamespace(index=device)
-
-    def is_contiguous(self):
-        return self._contiguous
-
-    def is_conj(self):
-        return False
-
-    def is_neg(self):
-        return False
-
-    def numel(self):
-        return int(np.prod(self.shape))
-
-    def data_ptr(self):
-        return self._ptr
-
-    @property
-    def __cuda_array_interface__(self):  # PyTorch's: version 2, no stream
-        if self.requires_grad or self.is_sparse:  # as PyTorch refuses them
-            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad or is sparse.")
-        return {"typestr": "<f4", "shape": tuple(self.shape), "strides": None, "data": (self._ptr, False), "version": 2}
+    def __init__(self, shape=(8,), ptr=None, **kw) -> None:
+        super().__init__(shape=shape, ptr=BUFFER.ctypes.data if ptr is None else ptr, **kw)
 
 
 Tensor.__module__ = "torch"
