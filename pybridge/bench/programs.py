@@ -8,8 +8,9 @@ where the file exists; ``-- entry: a b`` names the entry points, default ``main`
   with the dataset (in Futhark's binary format, made by ``futhark dataset -b``) on stdin; the runtimes
   it writes exclude parsing and printing;
 - bare cffi: the same library's C entry function and ``futhark_context_sync`` called through cffi
-  with nothing of pybridge's call path (``_BareSide``): against the executable it shows what the
-  library and the process cost, against pybridge what pybridge's call path adds;
+  with nothing of pybridge's call path, its scalar results read from their cells as a caller must
+  to have them (``_BareSide``; pybridge's call returns them): against the executable it shows what
+  the library and the process cost, against pybridge what pybridge's call path adds;
 - pybridge: the same program loaded with ``pybridge.futhark.load``, the inputs made into handles once
   (scalars passed as the NumPy scalars a loader returns), a warm-up call, then timed calls of
   ``entry(*handles)`` followed by ``lib.sync()``, the results freed outside the timed region (a
@@ -429,6 +430,8 @@ class _BareSide:
         self.ctx = lib.context._state.ctx
         self.cells = [lib.codec.out_cell(o.type) for o in info.outputs]
         self.frees = [(cell, lib.types[o.type].free_fn) for cell, o in zip(self.cells, info.outputs) if o.type not in PRIMITIVES]
+        # scalar results read, as a caller must to have them (pybridge's call returns them)
+        self.reads = [cell for cell, o in zip(self.cells, info.outputs) if o.type in PRIMITIVES]
         # scalars as the C call takes them (the entry's converters: f16 passes as its bits), once
         self.scalars = {i: ep._convs[i](v) for i, (p, v) in enumerate(zip(info.inputs, inputs.handles)) if p.type in PRIMITIVES}
 
@@ -436,9 +439,12 @@ class _BareSide:
         held = self.inputs.ready()  # kept alive while their pointers are passed
         ctx, sync = self.ctx, self.sync
         args = [ctx, *self.cells, *(self.scalars[i] if i in self.scalars else h._ptr for i, h in enumerate(held))]
+        reads = self.reads
         t0 = time.perf_counter()
         rc = self.fn(*args)
         rc = rc or sync(ctx)
+        if not rc:
+            [cell[0] for cell in reads]  # noqa: B018 - the values a caller reads; pybridge returns them
         t1 = time.perf_counter()
         if rc:
             raise self.lib.context.error(rc, self.info.cfun)
