@@ -1945,6 +1945,14 @@ static PyType_Spec rawnew_spec = {"pybridge.futhark._callpath.RawNew", sizeof(Ra
 typedef int (*record_fn)(uintptr_t, uintptr_t);
 typedef int (*wait_fn)(uintptr_t, uintptr_t, unsigned int);
 
+/* The two calls: record's code, and in *wrc the wait's (0 when the record failed: no wait made). */
+static int record_then_wait(record_fn record, wait_fn wait, uintptr_t event, uintptr_t waiter, uintptr_t producer,
+                            int *wrc) {
+    int rc = record(event, producer);
+    *wrc = rc == 0 ? wait(waiter, event, 0) : 0;
+    return rc;
+}
+
 static PyObject *order_streams(PyObject *m, PyObject *args) {
     unsigned long long record, wait, event, waiter, producer;
     if (!PyArg_ParseTuple(args, "KKKKK:order_streams", &record, &wait, &event, &waiter, &producer)) return NULL;
@@ -1952,8 +1960,8 @@ static PyObject *order_streams(PyObject *m, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "order_streams: null driver function");
         return NULL;
     }
-    int rc = ((record_fn)(uintptr_t)record)((uintptr_t)event, (uintptr_t)producer), wrc = 0;
-    if (rc == 0) wrc = ((wait_fn)(uintptr_t)wait)((uintptr_t)waiter, (uintptr_t)event, 0);
+    int wrc, rc = record_then_wait((record_fn)(uintptr_t)record, (wait_fn)(uintptr_t)wait, (uintptr_t)event,
+                                   (uintptr_t)waiter, (uintptr_t)producer, &wrc);
     if (rc == 0 && wrc == 0) return PyLong_FromLong(0);
     return Py_BuildValue("(ii)", rc, wrc);
 }
@@ -3267,8 +3275,8 @@ static int fromcuda_order_open(FromCudaObject *f, PyObject *producer) {
     if (ok < 0) return -1;
     if (ok && (uintptr_t)p == f->waiter) return 0;
     /* The GIL is held across both calls: no other thread records this event in between. */
-    if (ok && f->event && f->record(f->event, (uintptr_t)p) == 0) {
-        int wrc = f->wait(f->waiter, f->event, 0);
+    int wrc;
+    if (ok && f->event && record_then_wait(f->record, f->wait, f->event, f->waiter, (uintptr_t)p, &wrc) == 0) {
         if (wrc == 0) return 0;
         /* EventSlot.try_order's _check(rc, "cuStreamWaitEvent"): raised, not retried */
         PyObject *e = PyObject_CallMethod(f->ordering, "_check", "is", wrc, "cuStreamWaitEvent");
@@ -3293,6 +3301,14 @@ static int fromcuda_order_open(FromCudaObject *f, PyObject *producer) {
     Py_XDECREF(ev);
     Py_DECREF(last);
     return 0;
+}
+
+/* RawNew of (ptr, shape, obj): in C for an int pointer; anything else through the RawNew object,
+ * for its TypeError (what _from_cuda's raw_new(ptr, shape, obj) raises). */
+static PyObject *fromcuda_wrap(FromCudaObject *f, PyObject *ptr, PyObject *shape, PyObject *obj) {
+    if (!PyLong_Check(ptr)) return PyObject_CallFunctionObjArgs((PyObject *)f->raw_new, ptr, shape, obj, NULL);
+    uint64_t data = PyLong_AsUnsignedLongLong(ptr);
+    return data == (uint64_t)-1 && PyErr_Occurred() ? NULL : rawnew_make(f->raw_new, data, shape, obj);
 }
 
 static PyObject *fromcuda_fallback(FromCudaObject *f, PyObject *obj, PyObject *cai) {
@@ -3322,15 +3338,8 @@ static PyObject *fromcuda_call(FromCudaObject *f, PyObject *args, PyObject *kw) 
             }
             if (same) {
                 PyObject *stream = cx_torch_stream(f->interop, obj), *h = NULL;
-                if (stream != NULL && (stream == Py_None || fromcuda_order(f, stream) == 0)) {
-                    PyObject *ptr = PyTuple_GetItem(view, 0);
-                    if (!PyLong_Check(ptr)) { /* RawNew's TypeError, as _from_cuda's raw_new(ptr, ...) raises it */
-                        h = PyObject_CallFunctionObjArgs((PyObject *)f->raw_new, ptr, shape, obj, NULL);
-                    } else {
-                        uint64_t data = PyLong_AsUnsignedLongLong(ptr);
-                        h = data == (uint64_t)-1 && PyErr_Occurred() ? NULL : rawnew_make(f->raw_new, data, shape, obj);
-                    }
-                }
+                if (stream != NULL && (stream == Py_None || fromcuda_order(f, stream) == 0))
+                    h = fromcuda_wrap(f, PyTuple_GetItem(view, 0), shape, obj);
                 Py_XDECREF(stream);
                 Py_DECREF(view);
                 return h;
@@ -3379,10 +3388,8 @@ static PyObject *fromcuda_call(FromCudaObject *f, PyObject *args, PyObject *kw) 
         if (v2 > 0) Py_XSETREF(stream, cx_call(f->interop, CX_TORCH_STREAM, obj, NULL, NULL));
         else if (v2 < 0) Py_CLEAR(stream);
     }
-    if (stream != NULL && (stream == Py_None || fromcuda_order(f, stream) == 0)) {
-        uint64_t data = PyLong_AsUnsignedLongLong(out[0]); /* cx_plain: an int in [0, 2**64) */
-        if (!(data == (uint64_t)-1 && PyErr_Occurred())) h = rawnew_make(f->raw_new, data, out[2], obj);
-    }
+    if (stream != NULL && (stream == Py_None || fromcuda_order(f, stream) == 0))
+        h = fromcuda_wrap(f, out[0], out[2], obj); /* cx_plain: an int in [0, 2**64) */
     Py_XDECREF(stream);
     for (int i = 0; i < 5; i++) Py_DECREF(out[i]);
 done:
