@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from pybridge.bench import cli, programs
-from pybridge.bench.timing import paired_difference
+from pybridge.bench.timing import paired_difference, whole_unit_mean
 from pybridge.futhark.build import futhark_compiler
 
 pytestmark = pytest.mark.slow  # left out of the quick subset (-m 'not slow')
@@ -194,7 +194,7 @@ def test_pair_rotates_which_side_runs_first_and_splits_the_runs(monkeypatch, run
 
     prog = programs.Program(Path("p.fut"), [])
     ds = programs.Dataset("main", "input", "1", "#0")
-    r = programs._pair(None, prog, ds, Path("exe"), Lib(), "programs (c)", runs, 10.0)
+    r = programs._pair(None, prog, ds, Path("exe"), Lib(), "programs (c)", runs, 10.0, quick=True)
     for name in ("exe", "paired"):
         assert sum(n for side, n in calls if side == name) == runs
     rounds = [calls[i:i + 2] for i in range(0, len(calls), 2)]
@@ -206,6 +206,70 @@ def test_pair_rotates_which_side_runs_first_and_splits_the_runs(monkeypatch, run
     diffs = sorted([1.0 + k for k in range(1, len(rounds) + 1)] + [1.0] * len(rounds))
     assert r["over_bare_us"] == statistics.median(diffs) and r["block_pairs"] == 2 * len(rounds)
     assert r["over_bare_lo_us"] <= r["over_bare_us"] <= r["over_bare_hi_us"]
+
+
+@pytest.mark.parametrize("exe_us", [1.0, 9.0, 170.0, 5000.0])
+def test_pair_gives_the_executable_the_time_budget_of_pybridges_side(monkeypatch, exe_us):
+    """Outside --quick, the executable's later rounds get as many runs as the pair budget buys at
+    the speed its first round showed (a 1 µs call is read thousands of times, not --runs), and its
+    figure is the whole-µs mean; the median stays in the row."""
+    asked: list[int] = []
+
+    def exe(*args):
+        asked.append(args[3])
+        return [exe_us] * (args[3] - 1) + [exe_us + 1.0], [7]
+
+    def paired(lib, entry, values, n, budget_s=0.0, max_calls=0, block=programs.BLOCK):
+        return programs.Paired([12.0] * n, [11.0] * n, [12.0], [11.0], [7])
+
+    monkeypatch.setattr(programs, "dataset_bytes", lambda *a, **k: b"")
+    monkeypatch.setattr(programs, "read_values", lambda *a, **k: [])
+    monkeypatch.setattr(programs, "run_executable", exe)
+    monkeypatch.setattr(programs, "run_paired", paired)
+
+    class Lib:
+        backend = "c"
+
+    runs = 12
+    r = programs._pair(None, programs.Program(Path("p.fut"), []), programs.Dataset("main", "input", "1", "#0"),
+                       Path("exe"), Lib(), "programs (c)", runs, 10.0)
+    rounds = min(programs.ROUNDS, runs // 2)
+    readings: list[float] = []
+    for k, n in enumerate(asked):  # each later round: the budget at the speed the runs so far showed
+        if k:
+            per_run_s = max(statistics.median(readings), 1.0) * 1e-6
+            assert n == max(runs // rounds, min(programs.MAX_CALLS // rounds,
+                                                int(programs.PAIR_BUDGET_S / rounds / per_run_s)))
+        readings += [exe_us] * (n - 1) + [exe_us + 1.0]
+    assert len(asked) == rounds and asked[0] == runs // rounds
+    assert min(asked[1:]) > asked[0]  # the budget buys more runs than --runs at every speed here
+    assert r["exe_runs"] == sum(asked)
+    assert r["exe_us"] == whole_unit_mean(readings) and r["exe_median_us"] == exe_us
+    assert r["ratio"] == 12.0 / r["exe_us"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.05, 500.0), st.integers(200, 3000), st.integers(0, 2**32 - 1),
+       st.lists(st.floats(5.0, 1e4), max_size=20))
+def test_whole_unit_mean_reads_a_sub_microsecond_duration_through_a_whole_microsecond_timer(d, n, seed, outliers):
+    """A call of d µs timed by a clock of whole µs at a random phase, run after run, plus preempted
+    runs far out: the estimate is d within a few standard errors (the median is d rounded, up to 0.5
+    off); the outliers change nothing beyond that (below 2% of the readings)."""
+    rng = np.random.default_rng(seed)
+    start = rng.uniform(0.0, 1.0, n)
+    readings = list(np.floor(start + d) - np.floor(start))
+    outliers = outliers[: max(0, n // 50 - 1)]
+    readings += [float(np.floor(d + o)) for o in outliers]
+    est = whole_unit_mean(readings)
+    assert abs(est - d) <= 5 * 0.5 / np.sqrt(n) + 2 * len(outliers) / n + 1e-9, (est, d)
+
+
+def test_whole_unit_mean_refuses_no_readings_and_takes_any_few():
+    with pytest.raises(ValueError, match="at least one reading"):
+        whole_unit_mean([])
+    # an even count with a gap wider than the window around the middle (the mean median's window is empty)
+    assert whole_unit_mean([0.0, 5.0]) == 0.0 and whole_unit_mean([7.0]) == 7.0
+    assert whole_unit_mean([1.0, 2.0, 2.0, 1.0, 40.0]) == 1.5
 
 
 # ---------------------------------------------------------------- pybridge - bare: blocks in turn, paired

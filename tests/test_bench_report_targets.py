@@ -135,3 +135,25 @@ def test_the_worst_program_names_its_pair_and_the_library_floor():
         assert worst["note"].startswith(f"p10.0: bare cffi / executable {bare / 10:.3f}")
         line = _line(report.call_path_lines(rows + summary), "real programs on cuda: pybridge / executable, worst")
         assert f"| {mine / 10:.3f} |" in line and line.split("|")[-2].strip().startswith(verdict), line
+
+
+def test_the_ratio_targets_are_the_gpu_backends_and_the_over_bare_targets_cs():
+    """A 0.1 µs call on c reads 10x over a 1 µs cffi call, which no call path can help: the ratio
+    rows carry their targets on GPU backends only, pybridge - bare its targets on c only."""
+    from pybridge.bench import programs
+
+    rows = [{"benchmark": "futhark-programs", "impl": "p", "size": 1, "exe_us": 0.13, "bare_us": 1.8, "median_us": 1.3,
+             "added_us": 1.17, "ratio": 10.0, "equal": True, "over_bare_us": -0.5, "over_bare_lo_us": -0.6,
+             "over_bare_hi_us": -0.4, "block_pairs": 40}]
+    for backend in ("c", "multicore", "cuda"):
+        summary = {r["impl"]: r for r in programs.summary_rows(backend, rows)}
+        ratio = [summary["ratio, all pairs: median"], summary["ratio, all pairs: worst"]]
+        over = [summary["pybridge - bare cffi µs, calls < 1 ms: median"], summary["pybridge - bare cffi µs, calls < 1 ms: worst"]]
+        if backend == "cuda":
+            assert all(r["target"] is not None and r["met"] is False for r in ratio)
+        else:
+            assert all(r.get("target") is None and r.get("met") is None for r in ratio)
+        if backend == "c":
+            assert all(r["target"] is not None and r["met"] is True for r in over)
+        else:
+            assert all(r.get("target") is None for r in over)
