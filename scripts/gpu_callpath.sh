@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The compiled call path on ONE GPU, one device call (about 8 minutes on an H100; each step's time
+# The compiled call path on ONE GPU, one device call (about 7 minutes on an H100; each step's time
 # limit is cut to what is left of BUDGET seconds, 500 by default):
 #   1. the extension built in place (the benchmarks and tests below import this checkout's
 #      pybridge), `pybridge info`'s call path line: which path every figure below is of;
@@ -56,7 +56,7 @@ echo "rc=$?"; grep -E "pybridge side|reference" "$OUT/exchange.txt" | head -24
 inputs="$OUT/overhead.json $OUT/exchange.json"
 if [ -d .carry-programs/cuda ]; then
   step "pybridge bench programs --backend cuda (prebuilt C from .carry-programs)"
-  timeout "$(limit 170)" python3 -m pybridge bench programs --backend cuda --prebuilt .carry-programs --runs ${RUNS:-10} \
+  timeout "$(limit 220)" python3 -m pybridge bench programs --backend cuda --prebuilt .carry-programs --runs ${RUNS:-10} \
     --json "$OUT/programs-cuda.json" > "$OUT/programs-cuda.txt" 2>&1
   echo "rc=$?"; grep -E "summary" "$OUT/programs-cuda.txt" | head -8
   inputs="$inputs $OUT/programs-cuda.json"

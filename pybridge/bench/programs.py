@@ -23,8 +23,8 @@ where the file exists; ``-- entry: a b`` names the entry points, default ``main`
 
 The runs are split into up to six rounds that alternate the executable and the pybridge / bare
 cffi blocks, so that both see the same machine load. The executable gets as many runs as
-pybridge's side gets calls (at least ``--runs``, more while ``PAIR_BUDGET_S`` lasts, after its
-first round shows how long a run takes). Its runtimes are whole microseconds (its own
+``PAIR_BUDGET_S`` buys (at least ``--runs``, at most ``EXE_MAX_RUNS`` a round), as pybridge's side
+does, once its first round shows what a run costs (``_exe_run_s``). Its runtimes are whole microseconds (its own
 resolution): its figure is their mean within 1 µs of their median (``timing.whole_unit_mean``),
 which for a call near 1 µs is its duration, where the median is that duration rounded to a whole
 µs (up to ±50% there); ``exe_median_us`` keeps the median.
@@ -92,6 +92,7 @@ LONG_US = 1000.0
 ROUNDS = 6  # the executable and the pybridge / bare cffi blocks alternate, runs split over this many rounds
 PAIR_BUDGET_S = 0.6  # per (program, dataset): pybridge and bare calls beyond `runs` while this lasts (not --quick)
 MAX_CALLS = 20_000  # per side
+EXE_MAX_RUNS = 1000  # the executable's runs per round beyond --runs (its readings' mean then known to ~0.01 µs)
 BLOCK = 5  # calls of one side in a row (run_paired)
 
 BENCHMARK = "programs"
@@ -742,12 +743,15 @@ def _pair(futhark: str | None, prog: Program, ds: Dataset, exe: Path, lib: Any, 
         py_out: list[Any] = []
         cache = exe.with_name(exe.name + ".kernels") if lib.backend in GPU_BACKENDS else None
 
+        walls: list[tuple[int, float]] = []  # (runs, wall seconds) of each executable process
+
         def executable(n: int) -> None:
             nonlocal exe_out
-            if exe_us and budget:  # as many runs as pybridge's side gets calls: the same time budget
-                per_run_s = max(statistics.median(exe_us), 1.0) * 1e-6
-                n = max(n, min(MAX_CALLS // rounds, int(budget / rounds / per_run_s)))
+            if exe_us and budget:  # as many runs as pybridge's time budget buys, at most EXE_MAX_RUNS a round
+                n = max(n, min(EXE_MAX_RUNS, int(budget / rounds / _exe_run_s(exe_us, walls))))
+            start = time.perf_counter()
             got, exe_out = run_executable(exe, ds.entry, data, n, timeout, cache)
+            walls.append((n, time.perf_counter() - start))
             exe_us.extend(got)
 
         def pybridge_and_bare(n: int) -> None:
@@ -790,6 +794,18 @@ def _pair(futhark: str | None, prog: Program, ds: Dataset, exe: Path, lib: Any, 
                added_us=py_med - exe_med, bare_us=bare_med, **over,
                ratio=py_med / exe_med if exe_med > 0 else None, equal=same,
                note=("" if same else "RESULTS DIFFER from the executable's"))
+
+
+def _exe_run_s(exe_us: list[float], walls: list[tuple[int, float]]) -> float:
+    """Seconds one more run of the executable costs: its timed part (the median reading, at least
+    1 µs), or what two of its processes' wall times say a run costs with its untimed part (the
+    results freed, the inputs restored, the runtime written), where that is more; the process's
+    start (a GPU context: most of a small process's wall time) cancels out in the difference."""
+    per_run = max(statistics.median(exe_us), 1.0) * 1e-6
+    (n0, w0), (n1, w1) = min(walls), max(walls)
+    if n1 > n0:
+        per_run = max(per_run, (w1 - w0) / (n1 - n0))
+    return per_run
 
 
 def over_bare(r: dict[str, Any]) -> float:

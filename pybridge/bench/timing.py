@@ -158,16 +158,16 @@ def measure_interleaved(fns: dict[str, tuple[Callable[[], Any], Callable[[], Any
 
 def whole_unit_mean(readings: list[float], unit: float = 1.0) -> float:
     """What a timer that counts whole units (of ``unit``) says a call lasts: the mean of its readings that
-    lie within one unit of their (low) median. A call of D units reads floor(D) or ceil(D) as the timer's
+    lie within one unit of their median (the median itself where none does). A call of D units reads floor(D) or ceil(D) as the timer's
     phase falls (random from run to run), and in proportions whose mean is D; their median is D
     rounded to a whole unit (a 1.3 µs call reads 1, a 30% error), the mean is not. Readings further
     out (a run preempted) are left out, as a median leaves them out. For a call spread over many
     units this is a local mean around the median."""
     if not readings:
         raise ValueError("whole_unit_mean needs at least one reading")
-    med = statistics.median_low(readings)  # a reading: the window is never empty
+    med = statistics.median(readings)
     near = [x for x in readings if abs(x - med) <= unit]
-    return statistics.fmean(near)
+    return statistics.fmean(near) if near else med  # none: an even count, its middle two far apart
 
 
 def paired_difference(a: list[float], b: list[float]) -> dict[str, float]:
