@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -238,13 +239,51 @@ def test_pair_gives_the_executable_the_time_budget_of_pybridges_side(monkeypatch
     for k, n in enumerate(asked):  # each later round: the budget at the speed the runs so far showed
         if k:
             per_run_s = max(statistics.median(readings), 1.0) * 1e-6
-            assert n == max(runs // rounds, min(programs.EXE_MAX_RUNS, int(programs.PAIR_BUDGET_S / rounds / per_run_s)))
+            assert n == max(runs // rounds, min(programs.EXE_MAX_RUNS, programs.EXE_GROWTH * max(asked[:k]),
+                                                int(programs.PAIR_BUDGET_S / rounds / per_run_s)))
         readings += [exe_us] * (n - 1) + [exe_us + 1.0]
     assert len(asked) == rounds and asked[0] == runs // rounds
     assert min(asked[1:]) > asked[0]  # the budget buys more runs than --runs at every speed here
     assert r["exe_runs"] == sum(asked)
     assert r["exe_us"] == whole_unit_mean(readings) and r["exe_median_us"] == exe_us
     assert r["ratio"] == 12.0 / r["exe_us"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(0.0, 1.0), st.floats(0.0, 0.05), st.floats(1.0, 5000.0), st.integers(2, 40))
+def test_the_executables_extra_runs_cost_about_the_pair_budget_whatever_their_untimed_part(
+        startup_s, untimed_s, timed_us, runs):
+    """Each run of the executable also uploads its inputs anew and frees its results, untimed (an
+    80 MB input on a GPU: ~15 ms a run beside a 100 µs call), and each process starts (a GPU
+    context) first: the runs beyond --runs cost about the pair budget, at most EXE_GROWTH times a
+    first round's worth more while two processes' wall times have yet to show the untimed part,
+    not EXE_MAX_RUNS untimed parts (seconds, up to the timeout)."""
+    clock = [0.0]
+    asked: list[int] = []
+
+    def exe(*args):
+        asked.append(args[3])
+        clock[0] += startup_s + args[3] * (untimed_s + timed_us * 1e-6)
+        return [float(round(timed_us))] * args[3], [7]
+
+    def paired(lib, entry, values, n, budget_s=0.0, max_calls=0, block=programs.BLOCK):
+        return programs.Paired([12.0] * n, [11.0] * n, [12.0], [11.0], [7])
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(programs, "dataset_bytes", lambda *a, **k: b"")
+        m.setattr(programs, "read_values", lambda *a, **k: [])
+        m.setattr(programs, "run_executable", exe)
+        m.setattr(programs, "run_paired", paired)
+        m.setattr(programs, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+
+        class Lib:
+            backend = "cuda"
+
+        programs._pair(None, programs.Program(Path("p.fut"), []), programs.Dataset("main", "input", "1", "#0"),
+                       Path("exe"), Lib(), "programs (cuda)", runs, 10.0)
+    run_s = untimed_s + timed_us * 1e-6
+    extra_s = (sum(asked) - runs) * run_s
+    assert extra_s <= programs.PAIR_BUDGET_S + programs.EXE_GROWTH * asked[0] * run_s + 1e-9, asked
 
 
 @settings(max_examples=200, deadline=None)

@@ -23,11 +23,12 @@ where the file exists; ``-- entry: a b`` names the entry points, default ``main`
 
 The runs are split into up to six rounds that alternate the executable and the pybridge / bare
 cffi blocks, so that both see the same machine load. The executable gets as many runs as
-``PAIR_BUDGET_S`` buys (at least ``--runs``, at most ``EXE_MAX_RUNS`` a round), as pybridge's side
-does, once its first round shows what a run costs (``_exe_run_s``). Its runtimes are whole microseconds (its own
-resolution): its figure is their mean within 1 µs of their median (``timing.whole_unit_mean``),
-which for a call near 1 µs is its duration, where the median is that duration rounded to a whole
-µs (up to ±50% there); ``exe_median_us`` keeps the median.
+``PAIR_BUDGET_S`` buys (at least ``--runs``; a round at most ``EXE_MAX_RUNS``, and ``EXE_GROWTH``
+times its most so far), as pybridge's side does, once its rounds show what a run costs
+(``_exe_run_s``). Its runtimes are whole microseconds (its own resolution): its figure is their
+mean within 1 µs of their median (``timing.whole_unit_mean``), which for a call near 1 µs is its
+duration, where the median is that duration rounded to a whole µs (up to ±50% there);
+``exe_median_us`` keeps the median.
 
 pybridge - bare cffi, per (program, dataset): both sides call on the same input handles, in blocks
 of ``BLOCK`` (5) calls of one side and then of the other, which side leads alternating
@@ -93,6 +94,7 @@ ROUNDS = 6  # the executable and the pybridge / bare cffi blocks alternate, runs
 PAIR_BUDGET_S = 0.6  # per (program, dataset): pybridge and bare calls beyond `runs` while this lasts (not --quick)
 MAX_CALLS = 20_000  # per side
 EXE_MAX_RUNS = 1000  # the executable's runs per round beyond --runs (its readings' mean then known to ~0.01 µs)
+EXE_GROWTH = 10  # the executable's runs per round: at most this many times its most in one process so far
 BLOCK = 5  # calls of one side in a row (run_paired)
 
 BENCHMARK = "programs"
@@ -748,7 +750,10 @@ def _pair(futhark: str | None, prog: Program, ds: Dataset, exe: Path, lib: Any, 
         def executable(n: int) -> None:
             nonlocal exe_out
             if exe_us and budget:  # as many runs as pybridge's time budget buys, at most EXE_MAX_RUNS a round
-                n = max(n, min(EXE_MAX_RUNS, int(budget / rounds / _exe_run_s(exe_us, walls))))
+                # and EXE_GROWTH times its most so far: the readings leave out each run's untimed part
+                # (its inputs uploaded anew), which only processes of different run counts show
+                n = max(n, min(EXE_MAX_RUNS, EXE_GROWTH * max(walls)[0],
+                               int(budget / rounds / _exe_run_s(exe_us, walls))))
             start = time.perf_counter()
             got, exe_out = run_executable(exe, ds.entry, data, n, timeout, cache)
             walls.append((n, time.perf_counter() - start))
