@@ -169,6 +169,20 @@ def test_a_closed_stdout_still_writes_the_json(tmp_path):
     assert len(json.loads(out.read_text())["rows"]) == 3000
 
 
+def _pair_with(monkeypatch, exe, paired, runs, quick=False):
+    """programs._pair on one dataset of a c program, with the executable and the paired blocks faked."""
+    monkeypatch.setattr(programs, "dataset_bytes", lambda *a, **k: b"")
+    monkeypatch.setattr(programs, "read_values", lambda *a, **k: [])
+    monkeypatch.setattr(programs, "run_executable", exe)
+    monkeypatch.setattr(programs, "run_paired", paired)
+
+    class Lib:
+        backend = "c"
+
+    return programs._pair(None, programs.Program(Path("p.fut"), []), programs.Dataset("main", "input", "1", "#0"),
+                          Path("exe"), Lib(), "programs (c)", runs, 10.0, quick=quick)
+
+
 @pytest.mark.parametrize("runs", [1, 2, 5, 20, 31])
 def test_pair_rotates_which_side_runs_first_and_splits_the_runs(monkeypatch, runs):
     """The executable and the pybridge / bare cffi blocks alternate in rounds, each round led by
@@ -185,17 +199,7 @@ def test_pair_rotates_which_side_runs_first_and_splits_the_runs(monkeypatch, run
         k = len([c for c in calls if c[0] == "paired"])
         return programs.Paired([12.0] * n, [11.0] * n, [12.0 + k, 12.0], [11.0, 11.0], [7])
 
-    monkeypatch.setattr(programs, "dataset_bytes", lambda *a, **k: b"")
-    monkeypatch.setattr(programs, "read_values", lambda *a, **k: [])
-    monkeypatch.setattr(programs, "run_executable", exe)
-    monkeypatch.setattr(programs, "run_paired", paired)
-
-    class Lib:
-        backend = "c"
-
-    prog = programs.Program(Path("p.fut"), [])
-    ds = programs.Dataset("main", "input", "1", "#0")
-    r = programs._pair(None, prog, ds, Path("exe"), Lib(), "programs (c)", runs, 10.0, quick=True)
+    r = _pair_with(monkeypatch, exe, paired, runs, quick=True)
     for name in ("exe", "paired"):
         assert sum(n for side, n in calls if side == name) == runs
     rounds = [calls[i:i + 2] for i in range(0, len(calls), 2)]
@@ -223,17 +227,8 @@ def test_pair_gives_the_executable_the_time_budget_of_pybridges_side(monkeypatch
     def paired(lib, entry, values, n, budget_s=0.0, max_calls=0, block=programs.BLOCK):
         return programs.Paired([12.0] * n, [11.0] * n, [12.0], [11.0], [7])
 
-    monkeypatch.setattr(programs, "dataset_bytes", lambda *a, **k: b"")
-    monkeypatch.setattr(programs, "read_values", lambda *a, **k: [])
-    monkeypatch.setattr(programs, "run_executable", exe)
-    monkeypatch.setattr(programs, "run_paired", paired)
-
-    class Lib:
-        backend = "c"
-
     runs = 12
-    r = programs._pair(None, programs.Program(Path("p.fut"), []), programs.Dataset("main", "input", "1", "#0"),
-                       Path("exe"), Lib(), "programs (c)", runs, 10.0)
+    r = _pair_with(monkeypatch, exe, paired, runs)
     rounds = min(programs.ROUNDS, runs // 2)
     readings: list[float] = []
     for k, n in enumerate(asked):  # each later round: the budget at the speed the runs so far showed
