@@ -20,9 +20,9 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import pybridge.futhark as pf
+from conftest import built_library
 from pybridge import ordering
 from pybridge.futhark import InvalidHandleError, callpath
-from pybridge.paths import find_build_file
 
 pytestmark = [
     pytest.mark.futhark,
@@ -32,9 +32,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def both():
-    so = find_build_file("reference/c/libprobe.so")
-    if so is None:
-        pytest.skip("reference/c/libprobe.so not built: run `make futhark` (needs the Futhark compiler)")
+    so = built_library("probe")
     fast = pf.load(so)
     with callpath.python_plans():
         slow = pf.load(so)

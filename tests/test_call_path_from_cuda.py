@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import fake_producers
 import pybridge.futhark as pf
+from conftest import built_library
 from fake_producers import F32, U8, Producer
 from pybridge import interop, ordering
 from pybridge.futhark import InvalidHandleError, callpath, gpustream
-from pybridge.paths import find_build_file
 
 pytestmark = [
     pytest.mark.futhark,
@@ -82,12 +82,15 @@ class FakeStream:
         ordering.order(self.stream, producer)
 
 
+def _from_cuda_in_c(kind, drv):
+    """_callpath.FromCuda for ``kind`` as kinds.py makes it, ordering through the fake driver."""
+    return callpath.compiled.FromCuda(kind._compiled_raw_new(), kind.dtype, type(kind).from_cuda.__get__(kind),
+                                      kind._from_cuda, drv.module, interop, WAITER, *drv.addresses())
+
+
 @pytest.fixture(scope="module")
 def library():
-    so = find_build_file("reference/c/libprobe.so")
-    if so is None:
-        pytest.skip("reference/c/libprobe.so not built: run `make futhark` (needs the Futhark compiler)")
-    lib = pf.load(so)
+    lib = pf.load(built_library("probe"))
     yield lib
     lib.close()
 
@@ -105,11 +108,8 @@ def paths(library, monkeypatch):
     made = {}
     for name in ("[]f32", "[]f64"):
         kind = library.types[name]
-        raw_new = kind._compiled_raw_new()
-        assert isinstance(raw_new, callpath.compiled.RawNew)
-        made[name] = {"c": callpath.compiled.FromCuda(raw_new, kind.dtype, type(kind).from_cuda.__get__(kind),
-                                                      kind._from_cuda, drv.module, interop, WAITER, *drv.addresses()),
-                      "python": kind._from_cuda}
+        assert isinstance(kind._compiled_raw_new(), callpath.compiled.RawNew)
+        made[name] = {"c": _from_cuda_in_c(kind, drv), "python": kind._from_cuda}
         monkeypatch.setattr(kind, "_from_cuda_c", made[name]["c"])  # what the public method finds
     yield drv, made
     for name in made:
@@ -298,17 +298,13 @@ def test_threads_share_one_from_cuda(paths, library) -> None:
 
 
 def test_a_closed_library_orders_nothing() -> None:
-    so = find_build_file("reference/c/libprobe.so")
-    if so is None:
-        pytest.skip("reference/c/libprobe.so not built")
+    so = built_library("probe")
     outcomes = []
     for path in ("c", "python"):
         lib = pf.load(so)
         drv = Driver()
         kind = lib.types["[]f32"]
-        raw_new = kind._compiled_raw_new()
-        fn = (callpath.compiled.FromCuda(raw_new, kind.dtype, type(kind).from_cuda.__get__(kind), kind._from_cuda,
-                                         drv.module, interop, WAITER, *drv.addresses()) if path == "c" else kind._from_cuda)
+        fn = _from_cuda_in_c(kind, drv) if path == "c" else kind._from_cuda
         lib.backend = "cuda"
         lib.context._gpu_stream = FakeStream()
         lib.close()
@@ -341,9 +337,7 @@ def test_a_c_library_keeps_the_python_method(library) -> None:
 
 def _fresh_library_for(path, drv, monkeypatch):
     """A library of its own (it gets closed) and the path under test for its []f32."""
-    so = find_build_file("reference/c/libprobe.so")
-    if so is None:
-        pytest.skip("reference/c/libprobe.so not built")
+    so = built_library("probe")
     lib = pf.load(so)
     kind = lib.types["[]f32"]
     lib.backend = "cuda"
@@ -351,8 +345,7 @@ def _fresh_library_for(path, drv, monkeypatch):
     stream.stream, stream._state = WAITER, lib.context._state
     lib.context._gpu_stream = stream
     if path == "c":
-        return lib, callpath.compiled.FromCuda(kind._compiled_raw_new(), kind.dtype, type(kind).from_cuda.__get__(kind),
-                                               kind._from_cuda, drv.module, interop, WAITER, *drv.addresses())
+        return lib, _from_cuda_in_c(kind, drv)
     return lib, kind._from_cuda
 
 

@@ -157,12 +157,13 @@ def measure_interleaved(fns: dict[str, tuple[Callable[[], Any], Callable[[], Any
 
 
 def whole_unit_mean(readings: list[float], unit: float = 1.0) -> float:
-    """What a timer that counts whole units (of ``unit``) says a call lasts: the mean of its readings that
-    lie within one unit of their median (the median itself where none does). A call of D units reads floor(D) or ceil(D) as the timer's
-    phase falls (random from run to run), and in proportions whose mean is D; their median is D
-    rounded to a whole unit (a 1.3 µs call reads 1, a 30% error), the mean is not. Readings further
-    out (a run preempted) are left out, as a median leaves them out. For a call spread over many
-    units this is a local mean around the median."""
+    """What a timer that counts whole units (of ``unit``) says a call lasts: the mean of its
+    readings that lie within one unit of their median (the median itself where none does). A call
+    of D units reads floor(D) or ceil(D) as the timer's phase falls (random from run to run), in
+    proportions whose mean is D; their median is D rounded to a whole unit (a 1.3 µs call reads 1,
+    a 30% error), the mean is not. Readings further out (a run preempted) are left out, as a
+    median leaves them out. For a call spread over many units this is a local mean around the
+    median."""
     if not readings:
         raise ValueError("whole_unit_mean needs at least one reading")
     med = statistics.median(readings)
